@@ -1,0 +1,190 @@
+#include "pjrt/buffer.h"
+
+#include <utility>
+
+#include "pjrt/error.h"
+
+namespace torch_pjrt::pjrt {
+namespace {
+
+int64_t element_count_of(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+PJRT_Client_BufferFromHostBuffer_Args host_buffer_args(const Client& client, const Device& device,
+                                                        const void* data, ElementType type,
+                                                        const std::vector<int64_t>& dims,
+                                                        PJRT_HostBufferSemantics semantics) {
+  for (int64_t d : dims) {
+    if (d < 0) {
+      throw Error("Buffer::from_host", ErrorCode::kInvalidArgument,
+                  "negative dimension " + std::to_string(d));
+    }
+  }
+  auto args = TORCH_PJRT_ARGS(PJRT_Client_BufferFromHostBuffer_Args);
+  args.client = client.raw();
+  args.data = data;
+  args.type = to_pjrt(type);
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  args.host_buffer_semantics = semantics;
+  args.device = device.raw();
+  return args;
+}
+
+}  // namespace
+
+Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer)
+    : client_(std::move(client)), buffer_(buffer) {}
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : client_(std::move(other.client_)), buffer_(std::exchange(other.buffer_, nullptr)) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    client_ = std::move(other.client_);
+    buffer_ = std::exchange(other.buffer_, nullptr);
+  }
+  return *this;
+}
+
+Buffer::~Buffer() { reset(); }
+
+void Buffer::reset() noexcept {
+  if (buffer_ == nullptr) return;
+  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_Destroy_Args);
+  args.buffer = buffer_;
+  if (PJRT_Error* error = client_->api()->PJRT_Buffer_Destroy(&args)) {
+    take_error(client_->api(), error, "PJRT_Buffer_Destroy");
+  }
+  buffer_ = nullptr;
+}
+
+Buffer Buffer::from_host(const std::shared_ptr<Client>& client, const Device& device,
+                         const void* data, ElementType type, const std::vector<int64_t>& dims) {
+  auto args = host_buffer_args(*client, device, data, type, dims,
+                               PJRT_HostBufferSemantics_kImmutableOnlyDuringCall);
+  const PJRT_Api* api = client->api();
+  check(api, api->PJRT_Client_BufferFromHostBuffer(&args), "PJRT_Client_BufferFromHostBuffer");
+  Event done(api, args.done_with_host_buffer);  // already complete under these semantics
+  Buffer buffer(client, args.buffer);
+  client->counters().host_to_device_bytes += element_count_of(dims) * byte_width(type);
+  return buffer;
+}
+
+Buffer Buffer::from_host_async(const std::shared_ptr<Client>& client, const Device& device,
+                               const void* data, ElementType type,
+                               const std::vector<int64_t>& dims,
+                               std::shared_ptr<const void> keep_alive) {
+  auto args = host_buffer_args(*client, device, data, type, dims,
+                               PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes);
+  const PJRT_Api* api = client->api();
+  check(api, api->PJRT_Client_BufferFromHostBuffer(&args), "PJRT_Client_BufferFromHostBuffer");
+  Buffer buffer(client, args.buffer);
+  Event done(api, args.done_with_host_buffer);
+  // The host data must live until the plugin says it has read it; the
+  // callback owns the last reference. A transfer error is also seen by any
+  // reader of the buffer, so it needs no reporting here.
+  done.on_ready([owner = std::move(keep_alive)](std::optional<Error>) mutable { owner.reset(); });
+  client->counters().host_to_device_bytes += element_count_of(dims) * byte_width(type);
+  return buffer;
+}
+
+Event Buffer::to_host_async(void* dst, size_t dst_size) const {
+  size_t expected = byte_size();
+  if (dst_size != expected) {
+    throw Error("Buffer::to_host", ErrorCode::kInvalidArgument,
+                "destination holds " + std::to_string(dst_size) + " bytes but the buffer has " +
+                    std::to_string(expected));
+  }
+  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_ToHostBuffer_Args);
+  args.src = buffer_;
+  args.dst = dst;
+  args.dst_size = dst_size;
+  const PJRT_Api* api = client_->api();
+  check(api, api->PJRT_Buffer_ToHostBuffer(&args), "PJRT_Buffer_ToHostBuffer");
+  client_->counters().device_to_host_bytes += dst_size;
+  return Event(api, args.event);
+}
+
+void Buffer::to_host(void* dst, size_t dst_size) const {
+  to_host_async(dst, dst_size).await("device-to-host copy");
+}
+
+Buffer Buffer::copy_to(const Device& device) const {
+  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_CopyToDevice_Args);
+  args.buffer = buffer_;
+  args.dst_device = device.raw();
+  const PJRT_Api* api = client_->api();
+  check(api, api->PJRT_Buffer_CopyToDevice(&args), "PJRT_Buffer_CopyToDevice");
+  return Buffer(client_, args.dst_buffer);
+}
+
+ElementType Buffer::element_type() const {
+  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_ElementType_Args);
+  args.buffer = buffer_;
+  const PJRT_Api* api = client_->api();
+  check(api, api->PJRT_Buffer_ElementType(&args), "PJRT_Buffer_ElementType");
+  auto type = from_pjrt(args.type);
+  if (!type) {
+    throw Error("Buffer::element_type", ErrorCode::kUnimplemented,
+                "PJRT element type " + std::to_string(int(args.type)) + " has no torch-pjrt name");
+  }
+  return *type;
+}
+
+std::vector<int64_t> Buffer::dims() const {
+  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_Dimensions_Args);
+  args.buffer = buffer_;
+  const PJRT_Api* api = client_->api();
+  check(api, api->PJRT_Buffer_Dimensions(&args), "PJRT_Buffer_Dimensions");
+  return std::vector<int64_t>(args.dims, args.dims + args.num_dims);
+}
+
+int64_t Buffer::element_count() const { return element_count_of(dims()); }
+
+size_t Buffer::byte_size() const { return element_count() * byte_width(element_type()); }
+
+size_t Buffer::on_device_size() const {
+  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_OnDeviceSizeInBytes_Args);
+  args.buffer = buffer_;
+  const PJRT_Api* api = client_->api();
+  check(api, api->PJRT_Buffer_OnDeviceSizeInBytes(&args), "PJRT_Buffer_OnDeviceSizeInBytes");
+  return args.on_device_size_in_bytes;
+}
+
+Device Buffer::device() const {
+  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_Device_Args);
+  args.buffer = buffer_;
+  const PJRT_Api* api = client_->api();
+  check(api, api->PJRT_Buffer_Device(&args), "PJRT_Buffer_Device");
+  return Device(api, args.device);
+}
+
+Event Buffer::ready_event() const {
+  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args);
+  args.buffer = buffer_;
+  const PJRT_Api* api = client_->api();
+  check(api, api->PJRT_Buffer_ReadyEvent(&args), "PJRT_Buffer_ReadyEvent");
+  return Event(api, args.event);
+}
+
+void Buffer::release_device_memory() {
+  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_Delete_Args);
+  args.buffer = buffer_;
+  const PJRT_Api* api = client_->api();
+  check(api, api->PJRT_Buffer_Delete(&args), "PJRT_Buffer_Delete");
+}
+
+bool Buffer::is_deleted() const {
+  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_IsDeleted_Args);
+  args.buffer = buffer_;
+  const PJRT_Api* api = client_->api();
+  check(api, api->PJRT_Buffer_IsDeleted(&args), "PJRT_Buffer_IsDeleted");
+  return args.is_deleted;
+}
+
+}  // namespace torch_pjrt::pjrt

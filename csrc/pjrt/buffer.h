@@ -1,0 +1,74 @@
+// A device buffer with one owner. Buffers are immutable once their producer
+// (a transfer or an execution) completes; "writing" a tensor means making a
+// new buffer. Copies between host and device are asynchronous: each returns
+// an Event, and the buffer itself can be used as an input before it is ready.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "pjrt/c_api.h"
+#include "pjrt/client.h"
+#include "pjrt/device.h"
+#include "pjrt/element_type.h"
+#include "pjrt/event.h"
+
+namespace torch_pjrt::pjrt {
+
+class Buffer {
+ public:
+  // Takes ownership of `buffer`, created by `client`.
+  Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer);
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  // Copies dense row-major host data onto `device`. The copy of `data` is
+  // taken before this returns, so the host memory may be reused at once.
+  static Buffer from_host(const std::shared_ptr<Client>& client, const Device& device,
+                          const void* data, ElementType type, const std::vector<int64_t>& dims);
+
+  // Like from_host, but `data` is read after this returns: `keep_alive` owns
+  // it and is released (on a plugin thread) once the plugin is done with it.
+  static Buffer from_host_async(const std::shared_ptr<Client>& client, const Device& device,
+                                const void* data, ElementType type,
+                                const std::vector<int64_t>& dims,
+                                std::shared_ptr<const void> keep_alive);
+
+  // Starts copying the buffer into `dst` (dense row-major, `dst_size` bytes,
+  // which must equal byte_size()). `dst` must stay valid until the returned
+  // event completes.
+  Event to_host_async(void* dst, size_t dst_size) const;
+  // Copies and waits.
+  void to_host(void* dst, size_t dst_size) const;
+
+  // A copy of this buffer on another device of the same client.
+  Buffer copy_to(const Device& device) const;
+
+  PJRT_Buffer* raw() const { return buffer_; }
+  const std::shared_ptr<Client>& client() const { return client_; }
+  ElementType element_type() const;
+  std::vector<int64_t> dims() const;
+  int64_t element_count() const;
+  // Dense size of the logical contents.
+  size_t byte_size() const;
+  size_t on_device_size() const;
+  Device device() const;
+  // Completes when the producer of this buffer has finished writing it.
+  Event ready_event() const;
+  // Frees the device memory now; the handle stays valid but is_deleted().
+  void release_device_memory();
+  // True after release_device_memory() or after the buffer was donated to
+  // an execution.
+  bool is_deleted() const;
+
+ private:
+  void reset() noexcept;
+  std::shared_ptr<Client> client_;
+  PJRT_Buffer* buffer_ = nullptr;
+};
+
+}  // namespace torch_pjrt::pjrt
