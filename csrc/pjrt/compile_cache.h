@@ -30,6 +30,7 @@ struct CacheStats {
   // Disk entries found but not used (corrupt, truncated, another plugin's).
   std::atomic<int64_t> disk_rejects{0};
   std::atomic<int64_t> disk_write_failures{0};
+  // Time inside the plugin's compiler only (no hashing, disk or lookup).
   std::atomic<int64_t> compile_microseconds{0};
   void reset();
 };
@@ -45,7 +46,7 @@ class CompileCache {
     std::shared_ptr<Executable> executable;
     CacheSource source;
     Hash128 key;
-    double seconds;  // spent in this call: compiling, loading, or finding
+    double seconds;  // this whole call: lookup, and compiling + writing to disk or loading
   };
   Lookup get_or_compile(std::string_view mlir, const CompileOptions& options = {});
 

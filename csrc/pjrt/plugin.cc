@@ -2,13 +2,15 @@
 
 #include <dlfcn.h>
 #include <limits.h>
-#include <sys/stat.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <fstream>
 #include <map>
 #include <mutex>
 
 #include "pjrt/error.h"
+#include "pjrt/hash.h"
 
 namespace torch_pjrt::pjrt {
 namespace {
@@ -98,6 +100,23 @@ std::string canonical_path(const std::string& path) {
   return resolved;
 }
 
+// The XLA plugins carry no ELF build id, their xla_version attribute is a
+// small API counter, and pip does not keep file times, so a build is told
+// from another by its size and a hash of its first and last MiB (ELF and
+// section headers, symbol tables): cheap, and stable across reinstalls.
+std::string file_fingerprint(const std::string& path) {
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  if (!file) return "unreadable";
+  const std::streamoff size = file.tellg();
+  const std::streamoff window = std::min<std::streamoff>(size, 1 << 20);
+  std::string head(window, '\0'), tail(window, '\0');
+  file.seekg(0);
+  file.read(head.data(), window);
+  file.seekg(size - window);
+  file.read(tail.data(), window);
+  return std::to_string(size) + ":" + Hasher().add(head).add(tail).finish().hex();
+}
+
 }  // namespace
 
 ApiVersion Plugin::header_version() { return {PJRT_API_MAJOR, PJRT_API_MINOR}; }
@@ -148,9 +167,10 @@ void Plugin::initialize() {
                     std::to_string(ours.major));
   }
   if (plugin_version_.minor > ours.minor) {
-    version_warning_ = "PJRT plugin " + path_ + " implements C API 0." +
-                       std::to_string(plugin_version_.minor) + ", newer than the 0." +
-                       std::to_string(ours.minor) +
+    version_warning_ = "PJRT plugin " + path_ + " implements C API " +
+                       std::to_string(plugin_version_.major) + "." +
+                       std::to_string(plugin_version_.minor) + ", newer than the " +
+                       std::to_string(ours.major) + "." + std::to_string(ours.minor) +
                        " header torch-pjrt was built with; calls whose argument structs grew in "
                        "between will be refused by the plugin";
   }
@@ -163,10 +183,8 @@ void Plugin::initialize() {
   check(api_, api_->PJRT_Plugin_Attributes(&attrs), "PJRT_Plugin_Attributes");
   attributes_ = copy_named_values(attrs.attributes, attrs.num_attributes);
 
-  struct stat st {};
-  long long size = stat(path_.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
   identity_ = "pjrt_api=" + std::to_string(plugin_version_.major) + "." +
-              std::to_string(plugin_version_.minor) + ";bytes=" + std::to_string(size);
+              std::to_string(plugin_version_.minor) + ";file=" + file_fingerprint(path_);
   for (const char* key : {"xla_version", "stablehlo_current_version", "stablehlo_minimum_version"}) {
     if (auto value = attribute(key)) identity_ += std::string(";") + key + "=" + value->value_string();
   }

@@ -33,8 +33,9 @@ class Plugin {
   ApiVersion plugin_version() const { return plugin_version_; }
   // The version of the header this runtime was compiled against.
   static ApiVersion header_version();
-  // Set when the plugin is newer than the header: calls still work as long as
-  // the plugin accepts our struct sizes, which it checks per call.
+  // Set when the plugin is newer than the header. Not an error: plugins
+  // check each argument struct's size and refuse, with a clear PJRT error,
+  // only the calls whose structs grew in between. Shown in device properties.
   const std::optional<std::string>& version_warning() const { return version_warning_; }
 
   const std::vector<NamedValue>& attributes() const { return attributes_; }

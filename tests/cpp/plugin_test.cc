@@ -19,6 +19,7 @@ TEST(Plugin, LoadsAndReportsAttributes) {
   ASSERT_TRUE(current && minimum);
   EXPECT_EQ(std::get<std::vector<int64_t>>(current->value).size(), 3u);
   EXPECT_NE(plugin->identity().find("xla_version="), std::string::npos);
+  EXPECT_NE(plugin->identity().find(";file="), std::string::npos);
 }
 
 TEST(Plugin, SamePathLoadsOnce) {

@@ -1,0 +1,75 @@
+# The two commands a newcomer runs: `make demo` and `make test`. Each sets up
+# what it needs (apt packages, .venv, pip packages, the C++ build) and is
+# quick when nothing changed.
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+STAMPS := $(VENV)/.stamps
+export CMAKE_BUILD_PARALLEL_LEVEL := 2
+
+CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
+CPP_TESTS := $(shell find tests/cpp benchmarks/cpp -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
+
+.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime clean
+
+all: build
+
+# --- system packages -------------------------------------------------------
+$(STAMPS)/apt: tools/apt-packages.txt | $(STAMPS)
+	tools/install_apt_packages.sh tools/apt-packages.txt
+	@touch $@
+
+# --- Python environment ----------------------------------------------------
+$(PY):
+	python3 -m venv $(VENV)
+
+$(STAMPS): | $(PY)
+	mkdir -p $(STAMPS)
+
+$(STAMPS)/pip: requirements/dev.txt requirements/plugin-cpu.txt | $(STAMPS)
+	$(PIP) install -q -r requirements/dev.txt
+	$(PIP) install -q --no-deps --require-hashes -r requirements/plugin-cpu.txt
+	@touch $@
+
+# --- builds ----------------------------------------------------------------
+# The extension, installed editable into the venv. Rebuilt when any C++ or
+# build file changes; scikit-build-core reuses build/py-* incrementally.
+$(STAMPS)/build: $(STAMPS)/apt $(STAMPS)/pip pyproject.toml CMakeLists.txt $(CSRC) tools/fetch_pjrt_header.py
+	$(PIP) install -q --no-build-isolation --no-deps -e .
+	@touch $@
+
+build: $(STAMPS)/build
+
+# The torch-free runtime and its GoogleTest suite.
+build/cpp/build.ninja: CMakeLists.txt tests/cpp/CMakeLists.txt benchmarks/cpp/CMakeLists.txt | $(STAMPS)/apt $(STAMPS)/pip
+	cmake -S . -B build/cpp -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE=$(abspath $(PY))
+
+cpp: build/cpp/build.ninja
+	ninja -C build/cpp -j2
+
+# --- the two commands ------------------------------------------------------
+test: test-cpp test-python
+
+test-cpp: cpp
+	ctest --test-dir build/cpp -j2 --output-on-failure
+
+test-python: build
+	$(PY) -m pytest -q tests
+
+demo: build
+	$(PY) -m torch_pjrt.demo
+
+# --- extras ----------------------------------------------------------------
+# The runtime tests under AddressSanitizer and UBSan.
+asan: | $(STAMPS)/apt $(STAMPS)/pip
+	cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTORCH_PJRT_SANITIZE=ON -DPython3_EXECUTABLE=$(abspath $(PY))
+	ninja -C build/asan -j2 pjrt_runtime_test
+	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(abspath tools/lsan.supp) ctest --test-dir build/asan -j2 --output-on-failure
+
+bench-runtime: cpp
+	$(PY) benchmarks/runtime.py --binary build/cpp/benchmarks/cpp/runtime_bench
+
+clean:
+	rm -rf build .deps $(STAMPS)

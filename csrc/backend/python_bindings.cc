@@ -1,0 +1,228 @@
+// torch_pjrt._C: the Python face of the runtime. The one file that includes
+// <torch/extension.h> (for pybind11 and tensor conversion).
+#include <torch/extension.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/dtypes.h"
+#include "backend/runtime_state.h"
+#include "pjrt/error.h"
+#include "pjrt/executable.h"
+#include "pjrt/runtime.h"
+#include "pjrt/warnings.h"
+
+namespace py = pybind11;
+
+namespace torch_pjrt::backend {
+namespace {
+
+using pjrt::Buffer;
+using pjrt::Executable;
+
+int device_index(const pjrt::Device& device) {
+  const auto& devices = runtime().client()->devices();
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i] == device) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::shared_ptr<Buffer> buffer_from_tensor(const at::Tensor& tensor, int device) {
+  TORCH_CHECK(tensor.device().is_cpu(), "DeviceArray.from_tensor: expected a CPU tensor, got one on ",
+              tensor.device());
+  pjrt::ElementType type = to_element_type(tensor.scalar_type());
+  at::Tensor dense = tensor.contiguous();
+  std::vector<int64_t> dims(dense.sizes().begin(), dense.sizes().end());
+  auto& client = runtime().client();
+  // The tensor is kept alive until the plugin has read it; the copy is async.
+  auto owner = std::make_shared<at::Tensor>(dense);
+  py::gil_scoped_release no_gil;
+  return std::make_shared<Buffer>(Buffer::from_host_async(client, client->device(device),
+                                                          dense.data_ptr(), type, dims, owner));
+}
+
+at::Tensor buffer_to_tensor(const Buffer& buffer) {
+  std::vector<int64_t> dims = buffer.dims();
+  at::Tensor out = at::empty(dims, at::TensorOptions().dtype(to_scalar_type(buffer.element_type())));
+  py::gil_scoped_release no_gil;
+  buffer.to_host(out.data_ptr(), out.nbytes());
+  return out;
+}
+
+py::dict named_values(const std::vector<pjrt::NamedValue>& values) {
+  py::dict out;
+  for (const auto& v : values) {
+    std::visit([&](const auto& x) { out[py::str(v.name)] = py::cast(x); }, v.value);
+  }
+  return out;
+}
+
+py::dict runtime_info() {
+  pjrt::Runtime& rt = runtime();
+  py::dict info;
+  info["plugin_path"] = rt.plugin().path();
+  info["plugin_identity"] = rt.plugin().identity();
+  auto version = rt.plugin().plugin_version();
+  auto header = pjrt::Plugin::header_version();
+  info["pjrt_api_version"] = py::make_tuple(version.major, version.minor);
+  info["pjrt_header_version"] = py::make_tuple(header.major, header.minor);
+  info["version_warning"] = rt.plugin().version_warning() ? py::cast(*rt.plugin().version_warning())
+                                                          : py::none();
+  info["attributes"] = named_values(rt.plugin().attributes());
+  info["platform_name"] = rt.client()->platform_name();
+  info["platform_version"] = rt.client()->platform_version();
+  info["cache_dir"] = rt.cache().disk_dir();
+  py::list devices;
+  for (const auto& device : rt.client()->devices()) {
+    py::dict d;
+    d["id"] = device.id();
+    d["kind"] = device.kind();
+    d["debug_string"] = device.debug_string();
+    d["attributes"] = named_values(device.attributes());
+    if (auto stats = device.memory_stats()) {
+      d["bytes_in_use"] = stats->bytes_in_use;
+      d["peak_bytes_in_use"] = stats->peak_bytes_in_use ? py::cast(*stats->peak_bytes_in_use)
+                                                        : py::none();
+      d["bytes_limit"] = stats->bytes_limit ? py::cast(*stats->bytes_limit) : py::none();
+    }
+    devices.append(d);
+  }
+  info["devices"] = devices;
+  return info;
+}
+
+py::dict counters() {
+  py::dict out;
+  if (!runtime_initialized()) return out;
+  auto& stats = runtime().cache().stats();
+  auto& c = runtime().client()->counters();
+  out["compilations"] = stats.compilations.load();
+  out["cache_hits_memory"] = stats.memory_hits.load();
+  out["cache_hits_disk"] = stats.disk_hits.load();
+  out["cache_disk_rejects"] = stats.disk_rejects.load();
+  out["compile_seconds"] = stats.compile_microseconds.load() / 1e6;
+  out["executions"] = c.executions.load();
+  out["host_to_device_bytes"] = c.host_to_device_bytes.load();
+  out["device_to_host_bytes"] = c.device_to_host_bytes.load();
+  return out;
+}
+
+void reset_counters() {
+  if (!runtime_initialized()) return;
+  runtime().cache().stats().reset();
+  runtime().client()->counters().reset();
+}
+
+// Runtime warnings become Python RuntimeWarnings; they may come from any
+// thread, so the GIL is taken first.
+void route_warnings_to_python() {
+  pjrt::set_warning_handler([](const std::string& message) {
+    if (!Py_IsInitialized()) return;
+    py::gil_scoped_acquire gil;
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, ("torch_pjrt: " + message).c_str(), 1) != 0) {
+      PyErr_Clear();  // a warnings filter turned it into an error we cannot raise here
+    }
+  });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch-pjrt native extension";
+
+  // PjrtError(RuntimeError) carries the failing call, the PJRT code name and
+  // the plugin's own message as attributes.
+  static PyObject* pjrt_error =
+      PyErr_NewException("torch_pjrt._C.PjrtError", PyExc_RuntimeError, nullptr);
+  m.attr("PjrtError") = py::handle(pjrt_error);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const pjrt::Error& e) {
+      py::object instance = py::handle(pjrt_error)(e.what());
+      instance.attr("call") = e.call();
+      instance.attr("code") = pjrt::error_code_name(e.code());
+      instance.attr("pjrt_message") = e.message();
+      PyErr_SetObject(pjrt_error, instance.ptr());
+    }
+  });
+  route_warnings_to_python();
+
+  m.def(
+      "_init_runtime",
+      [](const std::string& plugin_path, int cpu_devices, const std::string& cache_dir) {
+        pjrt::RuntimeOptions options;
+        options.plugin_path = plugin_path;
+        options.client_options = pjrt::ClientOptions::cpu(cpu_devices);
+        options.cache_dir = cache_dir;
+        py::gil_scoped_release no_gil;
+        init_runtime(options);
+      },
+      py::arg("plugin_path"), py::arg("cpu_devices"), py::arg("cache_dir"));
+  m.def("_runtime_initialized", &runtime_initialized);
+  m.def("_runtime_info", &runtime_info);
+  m.def("_counters", &counters);
+  m.def("_reset_counters", &reset_counters);
+  m.def("_header_version", [] {
+    auto v = pjrt::Plugin::header_version();
+    return py::make_tuple(v.major, v.minor);
+  });
+
+  py::class_<Buffer, std::shared_ptr<Buffer>>(m, "DeviceArray")
+      .def_static("from_tensor", &buffer_from_tensor, py::arg("tensor"), py::arg("device") = 0,
+                  "Copies a CPU tensor to a device (asynchronously).")
+      .def("to_tensor", &buffer_to_tensor, "Copies the contents back into a new CPU tensor.")
+      .def_property_readonly("shape", [](const Buffer& b) { return b.dims(); })
+      .def_property_readonly("dtype",
+                             [](const Buffer& b) {
+                               return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(
+                                   torch::getTHPDtype(to_scalar_type(b.element_type()))));
+                             })
+      .def_property_readonly("device", [](const Buffer& b) { return device_index(b.device()); })
+      .def_property_readonly("nbytes", &Buffer::byte_size)
+      .def_property_readonly("is_deleted", &Buffer::is_deleted)
+      .def(
+          "block_until_ready", [](const Buffer& b) { b.ready_event().await("buffer ready"); },
+          py::call_guard<py::gil_scoped_release>());
+
+  py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
+      .def_property_readonly("name", &Executable::name)
+      .def_property_readonly("num_outputs", &Executable::num_outputs)
+      .def("serialize", [](const Executable& e) { return py::bytes(e.serialize()); })
+      .def(
+          "__call__",
+          [](const Executable& exe, const std::vector<std::shared_ptr<Buffer>>& inputs,
+             int device) {
+            std::vector<const Buffer*> raw;
+            for (const auto& input : inputs) {
+              TORCH_CHECK(input != nullptr, "Executable: an input is None");
+              raw.push_back(input.get());
+            }
+            const pjrt::Device& target = runtime().client()->device(device);
+            py::gil_scoped_release no_gil;
+            pjrt::ExecuteResult result = exe.execute(raw, target);
+            std::vector<std::shared_ptr<Buffer>> outputs;
+            for (auto& out : result.outputs) outputs.push_back(std::make_shared<Buffer>(std::move(out)));
+            return outputs;
+          },
+          py::arg("inputs"), py::arg("device") = 0);
+
+  m.def(
+      "_compile",
+      [](const std::string& mlir, bool portable) {
+        pjrt::CompileOptions options;
+        options.portable = portable;
+        pjrt::CompileCache::Lookup lookup;
+        {
+          py::gil_scoped_release no_gil;
+          lookup = runtime().cache().get_or_compile(mlir, options);
+        }
+        return py::make_tuple(lookup.executable, pjrt::cache_source_name(lookup.source),
+                              lookup.seconds);
+      },
+      py::arg("mlir"), py::arg("portable") = true);
+}
+
+}  // namespace torch_pjrt::backend

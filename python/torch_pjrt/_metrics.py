@@ -1,0 +1,28 @@
+"""torch_pjrt.metrics(): the one dict of counters, with DESIGN.md's names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _C
+
+
+def metrics() -> dict[str, Any]:
+    counters = _C._counters()
+    result: dict[str, Any] = {
+        "compilations": counters.get("compilations", 0),
+        "cache_hits_memory": counters.get("cache_hits_memory", 0),
+        "cache_hits_disk": counters.get("cache_hits_disk", 0),
+        "executions": counters.get("executions", 0),
+        "fallback_ops": {},  # op name -> count, once ops run on the device
+        "host_to_device_bytes": counters.get("host_to_device_bytes", 0),
+        "device_to_host_bytes": counters.get("device_to_host_bytes", 0),
+        "recompile_reasons": {},  # reason -> count, once ops run on the device
+        "compile_seconds": counters.get("compile_seconds", 0.0),
+        "cache_disk_rejects": counters.get("cache_disk_rejects", 0),
+    }
+    return result
+
+
+def reset_metrics() -> None:
+    _C._reset_counters()

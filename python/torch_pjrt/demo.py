@@ -1,0 +1,98 @@
+"""`make demo`: what torch-pjrt does on this machine, end to end.
+
+For now (the runtime layer): load the PJRT plugin, list its devices, compile
+a StableHLO program (a small MLP layer), run it on the device, check the
+result against CPU PyTorch, and print timings.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+import torch_pjrt
+from torch_pjrt import runtime as rt
+
+BATCH, IN, OUT = 64, 256, 128
+
+MLP_LAYER = f"""
+module @demo_mlp_layer {{
+  func.func public @main(%x: tensor<{BATCH}x{IN}xf32>, %w: tensor<{IN}x{OUT}xf32>,
+                         %b: tensor<{OUT}xf32>) -> tensor<{BATCH}x{OUT}xf32> {{
+    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0]
+        : (tensor<{BATCH}x{IN}xf32>, tensor<{IN}x{OUT}xf32>) -> tensor<{BATCH}x{OUT}xf32>
+    %1 = stablehlo.broadcast_in_dim %b, dims = [1]
+        : (tensor<{OUT}xf32>) -> tensor<{BATCH}x{OUT}xf32>
+    %2 = stablehlo.add %0, %1 : tensor<{BATCH}x{OUT}xf32>
+    %3 = stablehlo.tanh %2 : tensor<{BATCH}x{OUT}xf32>
+    return %3 : tensor<{BATCH}x{OUT}xf32>
+  }}
+}}
+"""
+
+
+def _median_us(fn, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def main() -> int:
+    start = time.perf_counter()
+    info = rt.info()
+    load_s = time.perf_counter() - start
+    api = ".".join(map(str, info["pjrt_api_version"]))
+    attrs = info["attributes"]
+    print(f"plugin      {info['plugin_name']} ({info['plugin_reason']})")
+    print(f"            {info['plugin_path'].rsplit('/', 1)[-1]}, PJRT C API {api}, "
+          f"xla_version {attrs.get('xla_version')}, StableHLO "
+          f"{'.'.join(map(str, attrs.get('stablehlo_minimum_version', [])))}.."
+          f"{'.'.join(map(str, attrs.get('stablehlo_current_version', [])))}")
+    print(f"platform    {info['platform_name']} {info['platform_version']}; "
+          f"loaded in {load_s * 1e3:.0f} ms")
+    for index, device in enumerate(info["devices"]):
+        print(f"device {index}    {device['debug_string']} (kind {device['kind']}, id {device['id']})")
+
+    torch.manual_seed(0)
+    x, w, b = torch.randn(BATCH, IN), torch.randn(IN, OUT) / IN**0.5, torch.randn(OUT)
+    expected = torch.tanh(x @ w + b)
+
+    compiled = rt.compile_with_source(MLP_LAYER)
+    again = rt.compile_with_source(MLP_LAYER)
+    args = [rt.to_device(t) for t in (x, w, b)]
+    (out,) = compiled.executable(args)
+    result = out.to_tensor()
+    torch.testing.assert_close(result, expected, rtol=1e-5, atol=1e-5)
+    max_err = (result - expected).abs().max().item()
+    print(f"\nprogram     tanh(x @ w + b), x {BATCH}x{IN}, w {IN}x{OUT}: matches CPU PyTorch "
+          f"(max abs error {max_err:.2e})")
+
+    def device_step():
+        (y,) = compiled.executable(args)
+        y.block_until_ready()
+
+    runs = 200
+    device_us = _median_us(device_step, runs)
+    cpu_us = _median_us(lambda: torch.tanh(x @ w + b), runs)
+    round_trip_us = _median_us(lambda: compiled.executable([rt.to_device(t) for t in (x, w, b)])[0]
+                               .to_tensor(), runs)
+    print(f"\n{'timing':34} {'value':>12}")
+    print(f"{'compile (' + compiled.source + ')':34} {compiled.seconds * 1e3:10.2f} ms")
+    print(f"{'compile again (' + again.source + ')':34} {again.seconds * 1e6:10.1f} us")
+    print(f"{'run on device, median':34} {device_us:10.1f} us")
+    print(f"{'copy in + run + copy out, median':34} {round_trip_us:10.1f} us")
+    print(f"{'CPU PyTorch eager, median':34} {cpu_us:10.1f} us")
+    print(f"{'device / CPU PyTorch':34} {device_us / cpu_us:10.2f} x")
+    m = torch_pjrt.metrics()
+    print(f"\nmetrics     compilations {m['compilations']}, memory hits {m['cache_hits_memory']}, "
+          f"disk hits {m['cache_hits_disk']}, executions {m['executions']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
