@@ -66,7 +66,7 @@ demo: build
 asan: | $(STAMPS)/apt $(STAMPS)/pip
 	cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTORCH_PJRT_SANITIZE=ON -DPython3_EXECUTABLE=$(abspath $(PY))
 	ninja -C build/asan -j2 pjrt_runtime_test
-	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(abspath tools/lsan.supp) ctest --test-dir build/asan -j2 --output-on-failure
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 LSAN_OPTIONS=suppressions=$(abspath tools/lsan.supp) ctest --test-dir build/asan -j2 --output-on-failure
 
 bench-runtime: cpp
 	$(PY) benchmarks/runtime.py --binary build/cpp/benchmarks/cpp/runtime_bench
