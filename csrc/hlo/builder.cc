@@ -1,0 +1,617 @@
+#include "hlo/builder.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+namespace torch_pjrt::hlo {
+
+struct Builder::Node {
+  std::string op;  // full name, e.g. "stablehlo.add"
+  std::vector<Value> operands;
+  std::string attributes;  // generic-form attribute dictionary contents
+  std::vector<Value> results;
+  std::vector<std::unique_ptr<Builder>> regions;
+};
+
+namespace {
+
+std::string join(const std::vector<int64_t>& xs, const char* sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (i) out += sep;
+    out += std::to_string(xs[i]);
+  }
+  return out;
+}
+
+std::string i64_array(const std::vector<int64_t>& xs) {
+  return xs.empty() ? "array<i64>" : "array<i64: " + join(xs) + ">";
+}
+
+std::string dims_list(const std::vector<int64_t>& xs) { return "[" + join(xs) + "]"; }
+
+std::string describe(const TensorType& t) { return t.mlir(); }
+
+[[noreturn]] void fail(const std::string& op, const std::string& why) {
+  throw BuildError("stablehlo." + op + ": " + why);
+}
+
+void check_dims_in_range(const std::string& op, const std::vector<int64_t>& dims, int64_t rank) {
+  for (int64_t d : dims) {
+    if (d < 0 || d >= rank) fail(op, "dimension " + std::to_string(d) + " out of range for rank " +
+                                         std::to_string(rank));
+  }
+}
+
+const char* direction_name(Compare c) {
+  switch (c) {
+    case Compare::kEq: return "EQ";
+    case Compare::kNe: return "NE";
+    case Compare::kLt: return "LT";
+    case Compare::kLe: return "LE";
+    case Compare::kGt: return "GT";
+    case Compare::kGe: return "GE";
+  }
+  return "EQ";
+}
+
+// Floats print as the hex of their f64 bits, so NaN, infinities and every
+// value round-trip exactly; the program converts to the target type.
+std::string f64_literal(double value) {
+  uint64_t bits;
+  std::memcpy(&bits, &value, 8);
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "0x%016llX", static_cast<unsigned long long>(bits));
+  return buffer;
+}
+
+}  // namespace
+
+Builder::Builder(std::string module_name)
+    : module_name_(std::move(module_name)),
+      prefix_("v"),
+      nested_(false),
+      region_counter_(std::make_shared<int>(0)) {}
+
+Builder::Builder(std::string prefix, std::shared_ptr<int> region_counter)
+    : prefix_(std::move(prefix)), nested_(true), region_counter_(std::move(region_counter)) {}
+
+Builder::~Builder() = default;
+
+void Builder::check_owned(Value v) const {
+  if (!v.valid() || v.id >= static_cast<int>(values_.size())) {
+    throw BuildError("hlo::Builder: a Value from another builder or an invalid Value was used");
+  }
+}
+
+const TensorType& Builder::type(Value v) const {
+  check_owned(v);
+  return values_[v.id].type;
+}
+
+int64_t Builder::num_parameters() const {
+  return std::count_if(values_.begin(), values_.end(),
+                       [](const ValueInfo& v) { return v.node < 0; });
+}
+
+Value Builder::parameter(const TensorType& type, bool donate) {
+  if (!nodes_.empty() && !nested_) {
+    throw BuildError("hlo::Builder: parameters must be declared before the first op");
+  }
+  values_.push_back({-1, static_cast<int>(donated_.size()), type});
+  donated_.push_back(donate);
+  return Value{static_cast<int>(values_.size()) - 1};
+}
+
+void Builder::set_outputs(const std::vector<Value>& outputs) {
+  for (Value v : outputs) check_owned(v);
+  outputs_ = outputs;
+}
+
+std::vector<Value> Builder::add_multi(std::string op, std::vector<Value> operands,
+                                      std::string attributes, std::vector<TensorType> results,
+                                      std::vector<std::unique_ptr<Builder>> regions) {
+  for (Value v : operands) check_owned(v);
+  auto node = std::make_unique<Node>();
+  node->op = "stablehlo." + op;
+  node->operands = std::move(operands);
+  node->attributes = std::move(attributes);
+  node->regions = std::move(regions);
+  int node_index = static_cast<int>(nodes_.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    values_.push_back({node_index, static_cast<int>(i), results[i]});
+    node->results.push_back(Value{static_cast<int>(values_.size()) - 1});
+  }
+  std::vector<Value> out = node->results;
+  nodes_.push_back(std::move(node));
+  return out;
+}
+
+Value Builder::add_node(std::string op, std::vector<Value> operands, std::string attributes,
+                        std::vector<TensorType> results,
+                        std::vector<std::unique_ptr<Builder>> regions) {
+  return add_multi(std::move(op), std::move(operands), std::move(attributes), std::move(results),
+                   std::move(regions))[0];
+}
+
+std::unique_ptr<Builder> Builder::region(const std::vector<TensorType>& arg_types,
+                                         const RegionFn& fn) {
+  int id = (*region_counter_)++;
+  auto body = std::unique_ptr<Builder>(
+      new Builder(prefix_ + "r" + std::to_string(id) + "_", region_counter_));
+  std::vector<Value> args;
+  for (const TensorType& t : arg_types) args.push_back(body->parameter(t));
+  body->set_outputs(fn(*body, args));
+  return body;
+}
+
+// --- constants and shapes ----------------------------------------------------
+
+Value Builder::constant(double value, ElementType type) {
+  if (!is_float(type)) {
+    if (type == ElementType::kPred) return constant_bool(value != 0);
+    if (is_integral(type)) return constant_int(static_cast<int64_t>(value), type);
+    fail("constant", "complex constants are not supported");
+  }
+  Value c = add_node("constant", {},
+                     "value = dense<" + f64_literal(value) + "> : tensor<f64>",
+                     {TensorType{ElementType::kF64, {}}});
+  return type == ElementType::kF64 ? c : convert(c, type);
+}
+
+Value Builder::constant_int(int64_t value, ElementType type) {
+  if (type == ElementType::kPred) return constant_bool(value != 0);
+  if (!is_integral(type)) return constant(static_cast<double>(value), type);
+  TensorType t{type, {}};
+  return add_node("constant", {}, "value = dense<" + std::to_string(value) + "> : " + t.mlir(), {t});
+}
+
+Value Builder::constant_bool(bool value) {
+  TensorType t{ElementType::kPred, {}};
+  return add_node("constant", {}, std::string("value = dense<") + (value ? "true" : "false") +
+                                      "> : tensor<i1>",
+                  {t});
+}
+
+Value Builder::splat(Value scalar, const std::vector<int64_t>& dims) {
+  if (!type(scalar).dims.empty()) fail("broadcast_in_dim", "splat needs a 0-d value");
+  if (dims.empty()) return scalar;
+  return broadcast_in_dim(scalar, dims, {});
+}
+
+Value Builder::zeros(const TensorType& t) { return splat(constant(0, t.type), t.dims); }
+
+Value Builder::iota(const TensorType& t, int64_t dim) {
+  check_dims_in_range("iota", {dim}, t.rank());
+  return add_node("iota", {}, "iota_dimension = " + std::to_string(dim) + " : i64", {t});
+}
+
+Value Builder::broadcast_in_dim(Value x, const std::vector<int64_t>& dims,
+                                const std::vector<int64_t>& mapping) {
+  const TensorType& in = type(x);
+  if (static_cast<int64_t>(mapping.size()) != in.rank()) {
+    fail("broadcast_in_dim", "mapping has " + std::to_string(mapping.size()) + " entries for " +
+                                 describe(in));
+  }
+  check_dims_in_range("broadcast_in_dim", mapping, static_cast<int64_t>(dims.size()));
+  for (size_t i = 0; i < mapping.size(); ++i) {
+    if (in.dims[i] != 1 && in.dims[i] != dims[mapping[i]]) {
+      fail("broadcast_in_dim", "cannot broadcast " + describe(in) + " to " +
+                                   TensorType{in.type, dims}.mlir());
+    }
+  }
+  if (dims == in.dims) {
+    bool identity = true;
+    for (size_t i = 0; i < mapping.size(); ++i) identity &= mapping[i] == static_cast<int64_t>(i);
+    if (identity) return x;
+  }
+  return add_node("broadcast_in_dim", {x}, "broadcast_dimensions = " + i64_array(mapping),
+                  {TensorType{in.type, dims}});
+}
+
+Value Builder::reshape(Value x, const std::vector<int64_t>& dims) {
+  const TensorType& in = type(x);
+  TensorType out{in.type, dims};
+  if (out.numel() != in.numel()) {
+    fail("reshape", "cannot reshape " + describe(in) + " to " + out.mlir());
+  }
+  if (out.dims == in.dims) return x;
+  return add_node("reshape", {x}, "", {out});
+}
+
+Value Builder::transpose(Value x, const std::vector<int64_t>& permutation) {
+  const TensorType& in = type(x);
+  if (static_cast<int64_t>(permutation.size()) != in.rank()) {
+    fail("transpose", "permutation size differs from rank of " + describe(in));
+  }
+  check_dims_in_range("transpose", permutation, in.rank());
+  std::vector<int64_t> dims;
+  bool identity = true;
+  for (size_t i = 0; i < permutation.size(); ++i) {
+    dims.push_back(in.dims[permutation[i]]);
+    identity &= permutation[i] == static_cast<int64_t>(i);
+  }
+  if (identity) return x;
+  return add_node("transpose", {x}, "permutation = " + i64_array(permutation),
+                  {TensorType{in.type, dims}});
+}
+
+Value Builder::slice(Value x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
+                     const std::vector<int64_t>& strides) {
+  const TensorType& in = type(x);
+  int64_t rank = in.rank();
+  if (static_cast<int64_t>(start.size()) != rank || static_cast<int64_t>(limit.size()) != rank ||
+      static_cast<int64_t>(strides.size()) != rank) {
+    fail("slice", "start/limit/strides must have one entry per dimension of " + describe(in));
+  }
+  std::vector<int64_t> dims;
+  bool identity = true;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (start[i] < 0 || limit[i] > in.dims[i] || start[i] > limit[i] || strides[i] < 1) {
+      fail("slice", "bad bounds for dimension " + std::to_string(i) + " of " + describe(in));
+    }
+    dims.push_back((limit[i] - start[i] + strides[i] - 1) / strides[i]);
+    identity &= start[i] == 0 && limit[i] == in.dims[i] && strides[i] == 1;
+  }
+  if (identity) return x;
+  return add_node("slice", {x},
+                  "start_indices = " + i64_array(start) + ", limit_indices = " + i64_array(limit) +
+                      ", strides = " + i64_array(strides),
+                  {TensorType{in.type, dims}});
+}
+
+Value Builder::dynamic_slice(Value x, const std::vector<Value>& starts,
+                             const std::vector<int64_t>& sizes) {
+  const TensorType& in = type(x);
+  if (static_cast<int64_t>(starts.size()) != in.rank() ||
+      static_cast<int64_t>(sizes.size()) != in.rank()) {
+    fail("dynamic_slice", "needs one start and size per dimension of " + describe(in));
+  }
+  std::vector<Value> operands = {x};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return add_node("dynamic_slice", operands, "slice_sizes = " + i64_array(sizes),
+                  {TensorType{in.type, sizes}});
+}
+
+Value Builder::dynamic_update_slice(Value x, Value update, const std::vector<Value>& starts) {
+  const TensorType& in = type(x);
+  if (type(update).type != in.type || type(update).rank() != in.rank()) {
+    fail("dynamic_update_slice", describe(type(update)) + " does not fit " + describe(in));
+  }
+  std::vector<Value> operands = {x, update};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return add_node("dynamic_update_slice", operands, "", {in});
+}
+
+Value Builder::concatenate(const std::vector<Value>& xs, int64_t dim) {
+  if (xs.empty()) fail("concatenate", "needs at least one operand");
+  TensorType out = type(xs[0]);
+  check_dims_in_range("concatenate", {dim}, out.rank());
+  out.dims[dim] = 0;
+  for (Value v : xs) {
+    const TensorType& t = type(v);
+    bool fits = t.type == out.type && t.rank() == out.rank();
+    for (int64_t i = 0; fits && i < t.rank(); ++i) fits = i == dim || t.dims[i] == out.dims[i];
+    if (!fits) fail("concatenate", describe(t) + " does not match " + describe(type(xs[0])));
+    out.dims[dim] += t.dims[dim];
+  }
+  if (xs.size() == 1) return xs[0];
+  return add_node("concatenate", xs, "dimension = " + std::to_string(dim) + " : i64", {out});
+}
+
+Value Builder::pad(Value x, Value pad_value, const std::vector<int64_t>& low,
+                   const std::vector<int64_t>& high, const std::vector<int64_t>& interior) {
+  const TensorType& in = type(x);
+  if (static_cast<int64_t>(low.size()) != in.rank() ||
+      static_cast<int64_t>(high.size()) != in.rank() ||
+      static_cast<int64_t>(interior.size()) != in.rank()) {
+    fail("pad", "needs one padding entry per dimension of " + describe(in));
+  }
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < in.rank(); ++i) {
+    int64_t d = in.dims[i] == 0 ? 0 : in.dims[i] + (in.dims[i] - 1) * interior[i];
+    dims.push_back(d + low[i] + high[i]);
+    if (dims.back() < 0) fail("pad", "negative result size");
+  }
+  return add_node("pad", {x, pad_value},
+                  "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " +
+                      i64_array(high) + ", interior_padding = " + i64_array(interior),
+                  {TensorType{in.type, dims}});
+}
+
+Value Builder::reverse(Value x, const std::vector<int64_t>& dims) {
+  check_dims_in_range("reverse", dims, type(x).rank());
+  if (dims.empty()) return x;
+  return add_node("reverse", {x}, "dimensions = " + i64_array(dims), {type(x)});
+}
+
+// --- elementwise ---------------------------------------------------------------
+
+Value Builder::unary(std::string_view op, Value x) {
+  return add_node(std::string(op), {x}, "", {type(x)});
+}
+
+Value Builder::binary(std::string_view op, Value a, Value b) {
+  if (type(a) != type(b)) {
+    fail(std::string(op), "operand types differ: " + describe(type(a)) + " vs " + describe(type(b)));
+  }
+  return add_node(std::string(op), {a, b}, "", {type(a)});
+}
+
+Value Builder::compare(Value a, Value b, Compare direction) {
+  if (type(a) != type(b)) {
+    fail("compare", "operand types differ: " + describe(type(a)) + " vs " + describe(type(b)));
+  }
+  ElementType t = type(a).type;
+  const char* kind = is_float(t) || is_complex(t) ? "FLOAT"
+                     : is_signed_int(t)          ? "SIGNED"
+                                                 : "UNSIGNED";
+  return add_node("compare", {a, b},
+                  std::string("comparison_direction = #stablehlo<comparison_direction ") +
+                      direction_name(direction) + ">, compare_type = #stablehlo<comparison_type " +
+                      kind + ">",
+                  {TensorType{ElementType::kPred, type(a).dims}});
+}
+
+Value Builder::select(Value pred, Value on_true, Value on_false) {
+  if (type(on_true) != type(on_false)) {
+    fail("select", "branch types differ: " + describe(type(on_true)) + " vs " +
+                       describe(type(on_false)));
+  }
+  if (type(pred).type != ElementType::kPred ||
+      (type(pred).rank() != 0 && type(pred).dims != type(on_true).dims)) {
+    fail("select", "predicate " + describe(type(pred)) + " does not fit " +
+                       describe(type(on_true)));
+  }
+  return add_node("select", {pred, on_true, on_false}, "", {type(on_true)});
+}
+
+Value Builder::clamp(Value min, Value x, Value max) {
+  return add_node("clamp", {min, x, max}, "", {type(x)});
+}
+
+Value Builder::convert(Value x, ElementType to) {
+  if (type(x).type == to) return x;
+  return add_node("convert", {x}, "", {TensorType{to, type(x).dims}});
+}
+
+Value Builder::bitcast_convert(Value x, ElementType to) {
+  const TensorType& in = type(x);
+  if (pjrt::byte_width(to) != pjrt::byte_width(in.type)) {
+    fail("bitcast_convert", "element widths differ");
+  }
+  if (in.type == to) return x;
+  return add_node("bitcast_convert", {x}, "", {TensorType{to, in.dims}});
+}
+
+// --- structured ----------------------------------------------------------------
+
+Value Builder::dot_general(Value a, Value b, const std::vector<int64_t>& batch_a,
+                           const std::vector<int64_t>& batch_b,
+                           const std::vector<int64_t>& contract_a,
+                           const std::vector<int64_t>& contract_b, ElementType result) {
+  const TensorType& ta = type(a);
+  const TensorType& tb = type(b);
+  check_dims_in_range("dot_general", batch_a, ta.rank());
+  check_dims_in_range("dot_general", contract_a, ta.rank());
+  check_dims_in_range("dot_general", batch_b, tb.rank());
+  check_dims_in_range("dot_general", contract_b, tb.rank());
+  if (batch_a.size() != batch_b.size() || contract_a.size() != contract_b.size()) {
+    fail("dot_general", "batch and contracting dimension counts differ");
+  }
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < batch_a.size(); ++i) {
+    if (ta.dims[batch_a[i]] != tb.dims[batch_b[i]]) fail("dot_general", "batch sizes differ");
+    dims.push_back(ta.dims[batch_a[i]]);
+  }
+  for (size_t i = 0; i < contract_a.size(); ++i) {
+    if (ta.dims[contract_a[i]] != tb.dims[contract_b[i]]) {
+      fail("dot_general", "contracting sizes differ: " + describe(ta) + " x " + describe(tb));
+    }
+  }
+  auto free_dims = [&](const TensorType& t, const std::vector<int64_t>& batch,
+                       const std::vector<int64_t>& contract) {
+    for (int64_t i = 0; i < t.rank(); ++i) {
+      if (std::find(batch.begin(), batch.end(), i) == batch.end() &&
+          std::find(contract.begin(), contract.end(), i) == contract.end()) {
+        dims.push_back(t.dims[i]);
+      }
+    }
+  };
+  free_dims(ta, batch_a, contract_a);
+  free_dims(tb, batch_b, contract_b);
+  return add_node("dot_general", {a, b},
+                  "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = " +
+                      dims_list(batch_a) + ", rhs_batching_dimensions = " + dims_list(batch_b) +
+                      ", lhs_contracting_dimensions = " + dims_list(contract_a) +
+                      ", rhs_contracting_dimensions = " + dims_list(contract_b) + ">",
+                  {TensorType{result, dims}});
+}
+
+std::vector<Value> Builder::reduce(const std::vector<Value>& inputs,
+                                   const std::vector<Value>& inits,
+                                   const std::vector<int64_t>& dims, const RegionFn& body) {
+  if (inputs.empty() || inputs.size() != inits.size()) {
+    fail("reduce", "needs as many initial values as inputs");
+  }
+  const TensorType& first = type(inputs[0]);
+  check_dims_in_range("reduce", dims, first.rank());
+  std::vector<TensorType> results, arg_types;
+  std::vector<int64_t> kept;
+  for (int64_t i = 0; i < first.rank(); ++i) {
+    if (std::find(dims.begin(), dims.end(), i) == dims.end()) kept.push_back(first.dims[i]);
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (type(inputs[i]).dims != first.dims) fail("reduce", "inputs have different shapes");
+    results.push_back(TensorType{type(inputs[i]).type, kept});
+    arg_types.push_back(TensorType{type(inputs[i]).type, {}});
+  }
+  std::vector<TensorType> block = arg_types;
+  block.insert(block.end(), arg_types.begin(), arg_types.end());
+  std::vector<std::unique_ptr<Builder>> regions;
+  regions.push_back(region(block, body));
+  std::vector<Value> operands = inputs;
+  operands.insert(operands.end(), inits.begin(), inits.end());
+  return add_multi("reduce", operands, "dimensions = " + i64_array(dims), results,
+                   std::move(regions));
+}
+
+Value Builder::gather(Value operand, Value indices, const GatherDims& d,
+                      const std::vector<int64_t>& slice_sizes,
+                      const std::vector<int64_t>& result_dims) {
+  return add_node("gather", {operand, indices},
+                  "dimension_numbers = #stablehlo.gather<offset_dims = " +
+                      dims_list(d.offset_dims) + ", collapsed_slice_dims = " +
+                      dims_list(d.collapsed_slice_dims) + ", start_index_map = " +
+                      dims_list(d.start_index_map) + ", index_vector_dim = " +
+                      std::to_string(d.index_vector_dim) + ">, slice_sizes = " +
+                      i64_array(slice_sizes) + ", indices_are_sorted = false",
+                  {TensorType{type(operand).type, result_dims}});
+}
+
+Value Builder::scatter(Value operand, Value indices, Value updates, const ScatterDims& d,
+                       const RegionFn& combine) {
+  TensorType scalar{type(operand).type, {}};
+  std::vector<std::unique_ptr<Builder>> regions;
+  regions.push_back(region({scalar, scalar}, combine));
+  return add_node("scatter", {operand, indices, updates},
+                  "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = " +
+                      dims_list(d.update_window_dims) + ", inserted_window_dims = " +
+                      dims_list(d.inserted_window_dims) + ", scatter_dims_to_operand_dims = " +
+                      dims_list(d.scatter_dims_to_operand_dims) + ", index_vector_dim = " +
+                      std::to_string(d.index_vector_dim) +
+                      ">, indices_are_sorted = false, unique_indices = false",
+                  {type(operand)}, std::move(regions));
+}
+
+std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dim, bool stable,
+                                 const RegionFn& comparator) {
+  if (inputs.empty()) fail("sort", "needs an input");
+  check_dims_in_range("sort", {dim}, type(inputs[0]).rank());
+  std::vector<TensorType> results, block;
+  for (Value v : inputs) {
+    if (type(v).dims != type(inputs[0]).dims) fail("sort", "inputs have different shapes");
+    results.push_back(type(v));
+    block.push_back(TensorType{type(v).type, {}});
+    block.push_back(TensorType{type(v).type, {}});
+  }
+  std::vector<std::unique_ptr<Builder>> regions;
+  regions.push_back(region(block, comparator));
+  return add_multi("sort", inputs,
+                   "dimension = " + std::to_string(dim) + " : i64, is_stable = " +
+                       (stable ? "true" : "false"),
+                   results, std::move(regions));
+}
+
+// --- printing ------------------------------------------------------------------
+
+std::string Builder::value_name(Value v) const {
+  const ValueInfo& info = values_[v.id];
+  if (info.node < 0) return "%" + prefix_ + "arg" + std::to_string(info.index);
+  const Node& node = *nodes_[info.node];
+  std::string base = "%" + prefix_ + std::to_string(info.node);
+  return node.results.size() == 1 ? base : base + "#" + std::to_string(info.index);
+}
+
+void Builder::print_body(std::string& out, int indent) const {
+  std::string pad(indent, ' ');
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    const Node& node = *nodes_[n];
+    out += pad + "%" + prefix_ + std::to_string(n);
+    if (node.results.size() > 1) out += ":" + std::to_string(node.results.size());
+    out += " = \"" + node.op + "\"(";
+    for (size_t i = 0; i < node.operands.size(); ++i) {
+      out += (i ? ", " : "") + value_name(node.operands[i]);
+    }
+    out += ")";
+    if (!node.regions.empty()) {
+      out += " (";
+      for (size_t r = 0; r < node.regions.size(); ++r) {
+        const Builder& body = *node.regions[r];
+        out += (r ? ", {\n" : "{\n") + pad + "  ^bb0(";
+        for (size_t a = 0; a < body.values_.size(); ++a) {
+          if (body.values_[a].node >= 0) continue;
+          out += (a ? ", " : "") + body.value_name(Value{static_cast<int>(a)}) + ": " +
+                 body.values_[a].type.mlir();
+        }
+        out += "):\n";
+        body.print_body(out, indent + 4);
+        out += pad + "    \"stablehlo.return\"(";
+        std::string types;
+        for (size_t i = 0; i < body.outputs_.size(); ++i) {
+          out += (i ? ", " : "") + body.value_name(body.outputs_[i]);
+          types += (i ? ", " : "") + body.type(body.outputs_[i]).mlir();
+        }
+        out += ") : (" + types + ") -> ()\n" + pad + "}";
+      }
+      out += ")";
+    }
+    if (!node.attributes.empty()) out += " {" + node.attributes + "}";
+    out += " : (";
+    for (size_t i = 0; i < node.operands.size(); ++i) {
+      out += (i ? ", " : "") + type(node.operands[i]).mlir();
+    }
+    out += ") -> ";
+    if (node.results.size() == 1) {
+      out += type(node.results[0]).mlir();
+    } else {
+      out += "(";
+      for (size_t i = 0; i < node.results.size(); ++i) {
+        out += (i ? ", " : "") + type(node.results[i]).mlir();
+      }
+      out += ")";
+    }
+    out += "\n";
+  }
+}
+
+std::string Builder::to_mlir() const {
+  if (nested_) throw BuildError("hlo::Builder: only a top-level builder prints a module");
+  std::string out = "module @" + module_name_ + " {\n  func.func public @main(";
+  bool first = true;
+  for (size_t i = 0; i < values_.size(); ++i) {
+    if (values_[i].node >= 0) continue;
+    out += (first ? "" : ", ") + value_name(Value{static_cast<int>(i)}) + ": " +
+           values_[i].type.mlir();
+    if (donated_[values_[i].index]) out += " {jax.buffer_donor = true}";
+    first = false;
+  }
+  out += ") -> (";
+  for (size_t i = 0; i < outputs_.size(); ++i) out += (i ? ", " : "") + type(outputs_[i]).mlir();
+  out += ") {\n";
+  print_body(out, 4);
+  out += "    return ";
+  std::string types;
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    out += (i ? ", " : "") + value_name(outputs_[i]);
+    types += (i ? ", " : "") + type(outputs_[i]).mlir();
+  }
+  out += " : " + types + "\n  }\n}\n";
+  return out;
+}
+
+void Builder::hash_into(pjrt::Hasher& h) const {
+  for (const ValueInfo& v : values_) {
+    h.add(static_cast<uint64_t>(v.node + 1)).add(static_cast<uint64_t>(v.index));
+    h.add(static_cast<uint64_t>(v.type.type)).add(static_cast<uint64_t>(v.type.dims.size()));
+    for (int64_t d : v.type.dims) h.add(static_cast<uint64_t>(d));
+  }
+  for (bool d : donated_) h.add(uint64_t{d});
+  for (const auto& node : nodes_) {
+    h.add(node->op).add(node->attributes).add(static_cast<uint64_t>(node->operands.size()));
+    for (Value v : node->operands) h.add(static_cast<uint64_t>(v.id));
+    for (const auto& r : node->regions) r->hash_into(h);
+  }
+  for (Value v : outputs_) h.add(static_cast<uint64_t>(v.id));
+}
+
+pjrt::Hash128 Builder::structural_hash() const {
+  pjrt::Hasher h;
+  h.add(module_name_);
+  hash_into(h);
+  return h.finish();
+}
+
+}  // namespace torch_pjrt::hlo

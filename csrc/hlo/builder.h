@@ -1,0 +1,157 @@
+// Builds one StableHLO function (@main) op by op, checking operand types as
+// it goes, and prints it as MLIR text the PJRT plugins accept. Lowerings use
+// this; nothing here knows about torch.
+//
+// Values are handles into the builder. Ops that take a computation (reduce,
+// scatter, sort) build it with a nested Builder passed to a callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hlo/types.h"
+#include "pjrt/hash.h"
+
+namespace torch_pjrt::hlo {
+
+// A lowering asked for something StableHLO cannot express (mismatched
+// operand types, a dimension out of range). Always a bug in a lowering or an
+// input the lowering should have rejected first.
+class BuildError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+struct Value {
+  int id = -1;
+  bool valid() const { return id >= 0; }
+};
+
+enum class Compare { kEq, kNe, kLt, kLe, kGt, kGe };
+
+class Builder;
+// Builds a region body from its block arguments; returns what it yields.
+using RegionFn = std::function<std::vector<Value>(Builder&, const std::vector<Value>& args)>;
+
+class Builder {
+ public:
+  explicit Builder(std::string module_name = "program");
+  ~Builder();
+  Builder(const Builder&) = delete;
+  Builder& operator=(const Builder&) = delete;
+
+  // --- function interface ---------------------------------------------------
+  // A parameter of @main; `donate` lets the plugin reuse its buffer for an
+  // output (the caller gives the input up).
+  Value parameter(const TensorType& type, bool donate = false);
+  void set_outputs(const std::vector<Value>& outputs);
+  const TensorType& type(Value v) const;
+  ElementType element_type(Value v) const { return type(v).type; }
+  const std::vector<int64_t>& dims(Value v) const { return type(v).dims; }
+  int64_t num_parameters() const;
+
+  // --- constants and shapes -------------------------------------------------
+  Value constant(double value, ElementType type);  // a 0-d tensor
+  Value constant_int(int64_t value, ElementType type);
+  Value constant_bool(bool value);
+  // A tensor filled with `value` (a 0-d Value), shaped `dims`.
+  Value splat(Value scalar, const std::vector<int64_t>& dims);
+  Value zeros(const TensorType& type);
+  Value iota(const TensorType& type, int64_t dim);
+  Value broadcast_in_dim(Value x, const std::vector<int64_t>& dims,
+                         const std::vector<int64_t>& mapping);
+  Value reshape(Value x, const std::vector<int64_t>& dims);
+  Value transpose(Value x, const std::vector<int64_t>& permutation);
+  Value slice(Value x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
+              const std::vector<int64_t>& strides);
+  Value dynamic_slice(Value x, const std::vector<Value>& starts,
+                      const std::vector<int64_t>& sizes);
+  Value dynamic_update_slice(Value x, Value update, const std::vector<Value>& starts);
+  Value concatenate(const std::vector<Value>& xs, int64_t dim);
+  Value pad(Value x, Value pad_value, const std::vector<int64_t>& low,
+            const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
+  Value reverse(Value x, const std::vector<int64_t>& dims);
+
+  // --- elementwise ----------------------------------------------------------
+  // `op` is the StableHLO name without prefix ("exponential", "add").
+  // Operands must have the same type; compare returns i1.
+  Value unary(std::string_view op, Value x);
+  Value binary(std::string_view op, Value a, Value b);
+  Value compare(Value a, Value b, Compare direction);
+  Value select(Value pred, Value on_true, Value on_false);
+  Value clamp(Value min, Value x, Value max);
+  Value convert(Value x, ElementType to);
+  Value bitcast_convert(Value x, ElementType to);
+
+  // --- structured -----------------------------------------------------------
+  Value dot_general(Value a, Value b, const std::vector<int64_t>& batch_a,
+                    const std::vector<int64_t>& batch_b, const std::vector<int64_t>& contract_a,
+                    const std::vector<int64_t>& contract_b, ElementType result);
+  // Reduces `inputs` over `dims` with `body`, which maps (accumulators...,
+  // elements...) to new accumulators, all 0-d.
+  std::vector<Value> reduce(const std::vector<Value>& inputs, const std::vector<Value>& inits,
+                            const std::vector<int64_t>& dims, const RegionFn& body);
+  struct GatherDims {
+    std::vector<int64_t> offset_dims;
+    std::vector<int64_t> collapsed_slice_dims;
+    std::vector<int64_t> start_index_map;
+    int64_t index_vector_dim = 0;
+  };
+  Value gather(Value operand, Value indices, const GatherDims& dims,
+               const std::vector<int64_t>& slice_sizes, const std::vector<int64_t>& result_dims);
+  struct ScatterDims {
+    std::vector<int64_t> update_window_dims;
+    std::vector<int64_t> inserted_window_dims;
+    std::vector<int64_t> scatter_dims_to_operand_dims;
+    int64_t index_vector_dim = 0;
+  };
+  // `combine` maps (current, update) to the new element, both 0-d.
+  Value scatter(Value operand, Value indices, Value updates, const ScatterDims& dims,
+                const RegionFn& combine);
+  // Sorts `inputs` (same dims) along `dim`; `comparator` gets (a0, b0, a1, b1, ...)
+  // and returns an i1 "a before b".
+  std::vector<Value> sort(const std::vector<Value>& inputs, int64_t dim, bool stable,
+                          const RegionFn& comparator);
+
+  // --- output ---------------------------------------------------------------
+  std::string to_mlir() const;
+  // Equal for programs that print the same, computed without printing.
+  pjrt::Hash128 structural_hash() const;
+
+ private:
+  struct Node;
+  struct Region;
+  Builder(std::string prefix, std::shared_ptr<int> region_counter);
+  Value add_node(std::string op, std::vector<Value> operands, std::string attributes,
+                 std::vector<TensorType> results, std::vector<std::unique_ptr<Builder>> regions = {});
+  std::vector<Value> add_multi(std::string op, std::vector<Value> operands, std::string attributes,
+                               std::vector<TensorType> results,
+                               std::vector<std::unique_ptr<Builder>> regions);
+  std::unique_ptr<Builder> region(const std::vector<TensorType>& arg_types, const RegionFn& fn);
+  void check_owned(Value v) const;
+  void print_body(std::string& out, int indent) const;
+  std::string value_name(Value v) const;
+  void hash_into(pjrt::Hasher& h) const;
+
+  std::string module_name_;
+  std::string prefix_;
+  bool nested_;
+  std::shared_ptr<int> region_counter_;  // shared by a builder and its regions
+  std::vector<std::unique_ptr<Node>> nodes_;
+  // value id -> (node index or -1 for parameters, result index, type)
+  struct ValueInfo {
+    int node;
+    int index;
+    TensorType type;
+  };
+  std::vector<ValueInfo> values_;
+  std::vector<bool> donated_;
+  std::vector<Value> outputs_;
+};
+
+}  // namespace torch_pjrt::hlo
