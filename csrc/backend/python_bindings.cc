@@ -1,13 +1,23 @@
 // torch_pjrt._C: the Python face of the runtime. The one file that includes
 // <torch/extension.h> (for pybind11 and tensor conversion).
+#include <torch/csrc/Generator.h>
 #include <torch/extension.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "backend/dtypes.h"
+#include "ops/dtypes.h"
+#include "backend/device_storage.h"
+#include "backend/execute.h"
+#include "backend/fallback.h"
+#include "backend/generator.h"
+#include "backend/program_cache.h"
 #include "backend/runtime_state.h"
+#include "backend/settings.h"
+#include "backend/op_kernel.h"
+#include "ops/lowering.h"
 #include "pjrt/error.h"
 #include "pjrt/executable.h"
 #include "pjrt/runtime.h"
@@ -16,6 +26,11 @@
 namespace py = pybind11;
 
 namespace torch_pjrt::backend {
+
+void register_hooks();  // hooks.cc
+
+using ops::to_element_type;
+using ops::to_scalar_type;
 namespace {
 
 using pjrt::Buffer;
@@ -95,7 +110,11 @@ py::dict runtime_info() {
 
 py::dict counters() {
   py::dict out;
-  if (!runtime_initialized()) return out;
+  if (!runtime_initialized()) {
+    out["fallback_ops"] = py::dict();
+    out["recompile_reasons"] = py::dict();
+    return out;
+  }
   auto& stats = runtime().cache().stats();
   auto& c = runtime().client()->counters();
   out["compilations"] = stats.compilations.load();
@@ -106,14 +125,23 @@ py::dict counters() {
   out["executions"] = c.executions.load();
   out["host_to_device_bytes"] = c.host_to_device_bytes.load();
   out["device_to_host_bytes"] = c.device_to_host_bytes.load();
+  py::dict fallbacks, reasons;
+  for (const auto& [name, count] : fallback_counts()) fallbacks[py::str(name)] = count;
+  for (const auto& [why, count] : recompile_reasons()) reasons[py::str(why)] = count;
+  out["fallback_ops"] = fallbacks;
+  out["recompile_reasons"] = reasons;
   return out;
 }
 
 void reset_counters() {
+  reset_fallback_counts();
+  reset_recompile_reasons();
   if (!runtime_initialized()) return;
   runtime().cache().stats().reset();
   runtime().client()->counters().reset();
 }
+
+
 
 // Runtime warnings become Python RuntimeWarnings; they may come from any
 // thread, so the GIL is taken first.
@@ -149,10 +177,22 @@ PYBIND11_MODULE(_C, m) {
     }
   });
   route_warnings_to_python();
+  torch_pjrt::backend::register_hooks();
+  register_lowered_ops();
 
   m.def(
       "_init_runtime",
-      [](const std::string& plugin_path, int cpu_devices, const std::string& cache_dir) {
+      [](const std::string& plugin_path, int cpu_devices, const std::string& cache_dir,
+         const std::string& eager, const std::string& fallback, const std::string& dump_dir) {
+        BackendSettings s;
+        s.eager = eager == "debug" ? EagerMode::kDebug
+                  : eager == "fused" ? EagerMode::kFused
+                                     : EagerMode::kStrict;
+        s.fallback = fallback == "error"   ? FallbackMode::kError
+                     : fallback == "allow" ? FallbackMode::kAllow
+                                           : FallbackMode::kWarn;
+        s.dump_dir = dump_dir;
+        set_settings(s);
         pjrt::RuntimeOptions options;
         options.plugin_path = plugin_path;
         options.client_options = pjrt::ClientOptions::cpu(cpu_devices);
@@ -160,7 +200,38 @@ PYBIND11_MODULE(_C, m) {
         py::gil_scoped_release no_gil;
         init_runtime(options);
       },
-      py::arg("plugin_path"), py::arg("cpu_devices"), py::arg("cache_dir"));
+      py::arg("plugin_path"), py::arg("cpu_devices"), py::arg("cache_dir"), py::arg("eager"),
+      py::arg("fallback"), py::arg("dump_dir"));
+  m.def("_set_init_error", &set_init_error);
+  m.def("_synchronize", &synchronize, py::arg("device") = -1,
+        py::call_guard<py::gil_scoped_release>());
+  m.def("_memory_stats", [](int device) {
+    MemoryCounters& c = memory_counters(device);
+    py::dict out;
+    out["allocated_bytes.all.current"] = c.allocated.load();
+    out["allocated_bytes.all.peak"] = c.peak.load();
+    out["allocation.all.allocated"] = c.allocations.load();
+    return out;
+  });
+  m.def("_reset_peak_memory", [](int device) {
+    MemoryCounters& c = memory_counters(device);
+    c.peak = c.allocated.load();
+  });
+  m.def("_lowered_ops", &ops::lowered_ops);
+  m.def("_current_device", [] {
+    return c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
+  });
+  m.def("_set_current_device", [](int index) {
+    c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)
+        ->setDevice(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index)));
+  });
+  m.def("_default_generator", [](int index) {
+    TORCH_CHECK(runtime_initialized() && index >= 0 &&
+                    index < static_cast<int>(runtime().client()->devices().size()),
+                "torch_pjrt: no device ", index);
+    const at::Generator& gen = default_generator(static_cast<c10::DeviceIndex>(index));
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));
+  });
   m.def("_runtime_initialized", &runtime_initialized);
   m.def("_runtime_info", &runtime_info);
   m.def("_counters", &counters);

@@ -105,6 +105,12 @@ Value Builder::parameter(const TensorType& type, bool donate) {
   return Value{static_cast<int>(values_.size()) - 1};
 }
 
+std::vector<TensorType> Builder::output_types() const {
+  std::vector<TensorType> out;
+  for (Value v : outputs_) out.push_back(type(v));
+  return out;
+}
+
 void Builder::set_outputs(const std::vector<Value>& outputs) {
   for (Value v : outputs) check_owned(v);
   outputs_ = outputs;
@@ -115,7 +121,8 @@ std::vector<Value> Builder::add_multi(std::string op, std::vector<Value> operand
                                       std::vector<std::unique_ptr<Builder>> regions) {
   for (Value v : operands) check_owned(v);
   auto node = std::make_unique<Node>();
-  node->op = "stablehlo." + op;
+  // "chlo.erf" and other dialects come fully named; StableHLO ops without.
+  node->op = op.find('.') == std::string::npos ? "stablehlo." + op : op;
   node->operands = std::move(operands);
   node->attributes = std::move(attributes);
   node->regions = std::move(regions);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -78,7 +79,8 @@ class Builder {
   Value reverse(Value x, const std::vector<int64_t>& dims);
 
   // --- elementwise ----------------------------------------------------------
-  // `op` is the StableHLO name without prefix ("exponential", "add").
+  // `op` is the StableHLO name without prefix ("exponential", "add"), or a
+  // full name in another dialect the plugins accept ("chlo.erf").
   // Operands must have the same type; compare returns i1.
   Value unary(std::string_view op, Value x);
   Value binary(std::string_view op, Value a, Value b);
@@ -119,6 +121,8 @@ class Builder {
                           const RegionFn& comparator);
 
   // --- output ---------------------------------------------------------------
+  std::vector<TensorType> output_types() const;
+  const std::vector<bool>& donated() const { return donated_; }
   std::string to_mlir() const;
   // Equal for programs that print the same, computed without printing.
   pjrt::Hash128 structural_hash() const;
@@ -143,13 +147,15 @@ class Builder {
   bool nested_;
   std::shared_ptr<int> region_counter_;  // shared by a builder and its regions
   std::vector<std::unique_ptr<Node>> nodes_;
-  // value id -> (node index or -1 for parameters, result index, type)
+  // value id -> (node index or -1 for parameters, result index, type). A
+  // deque, so the references type() and dims() return stay valid while
+  // more ops are added (lowerings hold them across calls).
   struct ValueInfo {
     int node;
     int index;
     TensorType type;
   };
-  std::vector<ValueInfo> values_;
+  std::deque<ValueInfo> values_;
   std::vector<bool> donated_;
   std::vector<Value> outputs_;
 };

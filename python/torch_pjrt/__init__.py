@@ -1,18 +1,46 @@
 """torch-pjrt: PyTorch on any PJRT device (TPU, GPU, the XLA CPU plugin).
 
-Importing the package reads the settings and prepares the runtime; the
-plugin itself is loaded on first use.
+`import torch_pjrt` registers the device (named by TORCH_PJRT_DEVICE_NAME,
+default "tpu"), its torch.<name> module and the tensor/module methods, and
+starts the PJRT runtime the settings select.
 """
 
 from __future__ import annotations
 
-import torch  # noqa: F401  (libtorch must be loaded before the extension)
+import sys
+import warnings
+
+import torch
 
 from . import _C
+from ._C import PjrtError
 from ._metrics import metrics, reset_metrics
 from ._settings import Settings, settings
-from ._C import PjrtError
 from . import runtime
+
+
+def _register_device() -> None:
+    name = settings().device_name
+    torch.utils.rename_privateuse1_backend(name)
+    from . import _device_module
+
+    torch._register_device_module(name, _device_module)
+    sys.modules[f"torch.{name}"] = _device_module
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_storage=True
+    )
+
+
+def _start_runtime() -> None:
+    try:
+        runtime.ensure_initialized()
+    except Exception as error:  # keep `import` working; device use reports why
+        _C._set_init_error(f"{type(error).__name__}: {error}")
+        warnings.warn(f"torch_pjrt: no device available: {error}", RuntimeWarning, stacklevel=3)
+
+
+_register_device()
+_start_runtime()
 
 __version__ = "0.1.0"
 

@@ -14,10 +14,10 @@ def metrics() -> dict[str, Any]:
         "cache_hits_memory": counters.get("cache_hits_memory", 0),
         "cache_hits_disk": counters.get("cache_hits_disk", 0),
         "executions": counters.get("executions", 0),
-        "fallback_ops": {},  # op name -> count, once ops run on the device
+        "fallback_ops": dict(counters.get("fallback_ops", {})),
         "host_to_device_bytes": counters.get("host_to_device_bytes", 0),
         "device_to_host_bytes": counters.get("device_to_host_bytes", 0),
-        "recompile_reasons": {},  # reason -> count, once ops run on the device
+        "recompile_reasons": dict(counters.get("recompile_reasons", {})),
         "compile_seconds": counters.get("compile_seconds", 0.0),
         "cache_disk_rejects": counters.get("cache_disk_rejects", 0),
     }

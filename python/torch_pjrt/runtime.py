@@ -46,7 +46,8 @@ def ensure_initialized() -> None:
         s = settings()
         choice = resolve(s.plugin)
         _quiet_plugin_logs()
-        _C._init_runtime(str(choice.path), s.cpu_devices, s.cache_dir)
+        _C._init_runtime(str(choice.path), s.cpu_devices, s.cache_dir, s.eager, s.fallback,
+                         s.dump_dir)
         _choice = choice
 
 

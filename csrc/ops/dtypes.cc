@@ -1,8 +1,8 @@
-#include "backend/dtypes.h"
+#include "ops/dtypes.h"
 
 #include <c10/util/Exception.h>
 
-namespace torch_pjrt::backend {
+namespace torch_pjrt::ops {
 
 using pjrt::ElementType;
 
@@ -59,4 +59,4 @@ c10::ScalarType to_scalar_type(ElementType type) {
   TORCH_CHECK(false, "torch_pjrt: unknown element type");
 }
 
-}  // namespace torch_pjrt::backend
+}  // namespace torch_pjrt::ops

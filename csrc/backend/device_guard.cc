@@ -1,0 +1,61 @@
+// The device guard for tpu: the current device is per thread, as for CUDA.
+// Streams are PJRT's own ordering; there is one default stream per device.
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include "backend/execute.h"
+#include "backend/runtime_state.h"
+
+namespace torch_pjrt::backend {
+namespace {
+
+thread_local c10::DeviceIndex current_device = 0;
+
+struct DeviceGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
+
+  c10::Device exchangeDevice(c10::Device d) const override {
+    c10::Device old = getDevice();
+    setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override {
+    return c10::Device(c10::DeviceType::PrivateUse1, current_device);
+  }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.type() == c10::DeviceType::PrivateUse1, "torch_pjrt: expected a tpu device, got ",
+                d);
+    if (d.index() < 0) return;  // "tpu" without an index keeps the current one
+    c10::DeviceIndex count = deviceCount();
+    TORCH_CHECK_INDEX(d.index() < count, "torch_pjrt: device index ", static_cast<int>(d.index()),
+                      " is out of range; ", static_cast<int>(count), " device(s) are available");
+    current_device = d.index();
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0) current_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override { return s; }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    if (!runtime_initialized()) return 0;
+    return static_cast<c10::DeviceIndex>(runtime().client()->devices().size());
+  }
+  // Work is ordered by data dependencies inside PJRT; an event is complete
+  // once everything launched before it is, which synchronize() ensures.
+  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream& s) const override { synchronize(s.device_index()); }
+  void synchronizeDevice(const c10::DeviceIndex d) const override { synchronize(d); }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, DeviceGuardImpl);
+
+}  // namespace
+}  // namespace torch_pjrt::backend

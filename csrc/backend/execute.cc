@@ -1,0 +1,126 @@
+#include "backend/execute.h"
+
+#include <c10/util/Exception.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+
+#include "backend/runtime_state.h"
+#include "backend/settings.h"
+
+namespace torch_pjrt::backend {
+namespace {
+
+std::mutex pending_mutex;
+std::map<int, std::deque<pjrt::Event>> pending;
+
+// Keeps the latest completion events; ones already complete are dropped so
+// the list stays short in long runs.
+void remember(int device, pjrt::Event event) {
+  std::lock_guard<std::mutex> lock(pending_mutex);
+  auto& events = pending[device];
+  events.push_back(std::move(event));
+  if (events.size() > 64) {
+    while (!events.empty() && events.front().is_ready()) events.pop_front();
+  }
+}
+
+std::mutex scalar_mutex;
+std::map<std::tuple<int, int, uint64_t>, BufferPtr> scalars;
+
+BufferPtr upload_scalar(int device, pjrt::ElementType type, const void* bytes, uint64_t bits) {
+  auto key = std::make_tuple(device, static_cast<int>(type), bits);
+  std::lock_guard<std::mutex> lock(scalar_mutex);
+  if (auto it = scalars.find(key); it != scalars.end()) return it->second;
+  if (scalars.size() > 4096) scalars.clear();
+  auto& client = runtime().client();
+  auto buffer = std::make_shared<pjrt::Buffer>(
+      pjrt::Buffer::from_host(client, client->device(device), bytes, type, {}));
+  scalars.emplace(key, buffer);
+  return buffer;
+}
+
+}  // namespace
+
+std::vector<BufferPtr> run_program(const Program& program, const std::vector<BufferPtr>& inputs,
+                                   int device, const std::vector<bool>& may_donate) {
+  std::vector<const pjrt::Buffer*> raw;
+  raw.reserve(inputs.size());
+  pjrt::ExecuteOptions options;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TORCH_INTERNAL_ASSERT(inputs[i] != nullptr, "torch_pjrt: missing program input ", i);
+    raw.push_back(inputs[i].get());
+    bool donated = i < program.donated.size() && program.donated[i];
+    bool allowed = i < may_donate.size() && may_donate[i];
+    if (donated && !allowed) options.non_donatable_inputs.push_back(static_cast<int64_t>(i));
+  }
+  auto& client = runtime().client();
+  pjrt::ExecuteResult result = program.executable->execute(raw, client->device(device), options);
+  if (settings().eager == EagerMode::kDebug) {
+    result.done.await("program execution");
+  } else {
+    remember(device, std::move(result.done));
+  }
+  std::vector<BufferPtr> outputs;
+  outputs.reserve(result.outputs.size());
+  for (auto& out : result.outputs) outputs.push_back(std::make_shared<pjrt::Buffer>(std::move(out)));
+  return outputs;
+}
+
+BufferPtr scalar_buffer(int device, pjrt::ElementType type, double value) {
+  using pjrt::ElementType;
+  switch (type) {
+    case ElementType::kF64: {
+      uint64_t bits;
+      std::memcpy(&bits, &value, 8);
+      return upload_scalar(device, type, &value, bits);
+    }
+    case ElementType::kF32: {
+      float v = static_cast<float>(value);
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      return upload_scalar(device, type, &v, bits);
+    }
+    case ElementType::kBF16: {
+      c10::BFloat16 v(static_cast<float>(value));
+      return upload_scalar(device, type, &v, v.x);
+    }
+    case ElementType::kF16: {
+      c10::Half v(static_cast<float>(value));
+      return upload_scalar(device, type, &v, v.x);
+    }
+    default:
+      return scalar_buffer_int(device, type, static_cast<int64_t>(value));
+  }
+}
+
+BufferPtr scalar_buffer_int(int device, pjrt::ElementType type, int64_t value) {
+  using pjrt::ElementType;
+  if (type == ElementType::kF64 || type == ElementType::kF32 || type == ElementType::kBF16 ||
+      type == ElementType::kF16) {
+    return scalar_buffer(device, type, static_cast<double>(value));
+  }
+  // Little-endian: the low bytes of the int64 are the value at any width.
+  uint64_t bits = static_cast<uint64_t>(value);
+  if (type == ElementType::kPred) bits = value != 0;
+  return upload_scalar(device, type, &bits, bits);
+}
+
+void synchronize(int device) {
+  std::vector<pjrt::Event> events;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex);
+    for (auto& [d, list] : pending) {
+      if (device >= 0 && d != device) continue;
+      for (auto& e : list) events.push_back(std::move(e));
+      list.clear();
+    }
+  }
+  for (auto& e : events) e.await("torch.tpu.synchronize");
+}
+
+}  // namespace torch_pjrt::backend

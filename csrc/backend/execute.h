@@ -1,0 +1,30 @@
+// Launching programs from the backend: the one place that knows the eager
+// mode (debug waits after each program so errors surface at their op) and
+// keeps the completion events torch.tpu.synchronize() waits on.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/program_cache.h"
+#include "pjrt/buffer.h"
+
+namespace torch_pjrt::backend {
+
+using BufferPtr = std::shared_ptr<pjrt::Buffer>;
+
+// Runs `program` on `device`. Parameters compiled as donated are given up
+// only when `inputs[i]` is held by nobody else (use_count 1 at the caller),
+// which the caller signals through `may_donate`.
+std::vector<BufferPtr> run_program(const Program& program, const std::vector<BufferPtr>& inputs,
+                                   int device, const std::vector<bool>& may_donate = {});
+
+// A 0-d device buffer holding `value` converted to `type`; recently used
+// values are reused, so a changing learning rate costs one small copy.
+BufferPtr scalar_buffer(int device, pjrt::ElementType type, double value);
+BufferPtr scalar_buffer_int(int device, pjrt::ElementType type, int64_t value);
+
+// Waits for every program and copy launched so far on `device` (-1: all).
+void synchronize(int device);
+
+}  // namespace torch_pjrt::backend

@@ -1,0 +1,343 @@
+#include "backend/op_kernel.h"
+
+#include <ATen/native/Resize.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <sstream>
+
+#include "backend/execute.h"
+#include "backend/program_cache.h"
+#include "backend/tensor_access.h"
+#include "ops/dtypes.h"
+#include "ops/lowering.h"
+
+namespace torch_pjrt::backend {
+namespace {
+
+using ops::LoweringArg;
+using pjrt::ElementType;
+
+enum class Variant { kFunctional, kInPlace, kOut };
+
+bool is_write(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
+
+struct CallShape {
+  Variant variant = Variant::kFunctional;
+  size_t functional_args = 0;  // leading arguments the lowering sees
+  std::vector<size_t> targets;  // written tensors: self, or the out= arguments
+};
+
+CallShape call_shape(const c10::FunctionSchema& schema) {
+  CallShape shape;
+  const auto& args = schema.arguments();
+  shape.functional_args = args.size();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!is_write(args[i])) continue;
+    if (args[i].kwarg_only()) {
+      shape.variant = Variant::kOut;
+      shape.targets.push_back(i);
+      shape.functional_args = std::min(shape.functional_args, i);
+    } else if (i == 0) {
+      shape.variant = Variant::kInPlace;
+      shape.targets.push_back(0);
+    }
+  }
+  return shape;
+}
+
+std::string op_name(const c10::FunctionSchema& schema) {
+  return schema.overload_name().empty() ? schema.name()
+                                        : schema.name() + "." + schema.overload_name();
+}
+
+bool is_scalar_schema(const c10::TypePtr& type) {
+  c10::TypePtr t = type;
+  if (auto opt = t->castRaw<c10::OptionalType>()) t = opt->getElementType();
+  return t->kind() == c10::TypeKind::NumberType || t->kind() == c10::TypeKind::FloatType;
+}
+
+// Static arguments go into the key as they are.
+void hash_static(ProgramKey& key, const c10::IValue& v) {
+  if (v.isNone()) {
+    key.attr("none");
+  } else if (v.isInt()) {
+    key.attr("i").attr(static_cast<uint64_t>(v.toInt()));
+  } else if (v.isBool()) {
+    key.attr("b").attr(static_cast<uint64_t>(v.toBool()));
+  } else if (v.isDouble()) {
+    double d = v.toDouble();
+    uint64_t bits;
+    std::memcpy(&bits, &d, 8);
+    key.attr("d").attr(bits);
+  } else if (v.isScalar()) {
+    c10::Scalar s = v.toScalar();
+    double d = s.toDouble();
+    uint64_t bits;
+    std::memcpy(&bits, &d, 8);
+    key.attr("s").attr(static_cast<uint64_t>(s.type())).attr(bits);
+  } else if (v.isIntList()) {
+    key.attr("l");
+    for (int64_t x : v.toIntVector()) key.attr(static_cast<uint64_t>(x));
+  } else if (v.isString()) {
+    key.attr("str").attr(v.toStringRef());
+  } else if (v.isList()) {
+    key.attr("list");
+    for (const c10::IValue& e : v.toListRef()) hash_static(key, e);
+  } else if (v.isDevice()) {
+    key.attr("dev");
+  } else {
+    key.attr(v.tagKind());
+  }
+}
+
+// One call being prepared: the key, the lowering arguments' skeleton and the
+// buffers to pass, in parameter order.
+struct PreparedCall {
+  ProgramKey key;
+  std::vector<LoweringArg> args;
+  std::vector<hlo::TensorType> param_types;   // as declared to the program
+  std::vector<std::vector<int64_t>> logical;  // torch sizes of each parameter
+  std::vector<BufferPtr> inputs;
+  int device = -1;
+  explicit PreparedCall(const std::string& op) : key(op) {}
+};
+
+[[noreturn]] void device_mismatch(const std::string& op, const at::Tensor& a, int device) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
+                     "devices, ", a.device(), " and tpu:", device, "! (when checking arguments for ",
+              op, ")");
+}
+
+void add_tensor_param(PreparedCall& call, const at::Tensor& t) {
+  BufferPtr buffer = buffer_for_read(t);
+  hlo::TensorType type{buffer->element_type(), buffer->dims()};
+  call.key.dtype(static_cast<int64_t>(type.type)).shape(type.dims).shape(t.sizes());
+  call.param_types.push_back(type);
+  call.logical.emplace_back(t.sizes().begin(), t.sizes().end());
+  call.inputs.push_back(std::move(buffer));
+}
+
+void add_scalar_param(PreparedCall& call, ElementType type, double value, int64_t int_value,
+                      bool integral) {
+  call.key.dtype(1000 + static_cast<int64_t>(type));
+  call.param_types.push_back(hlo::TensorType{type, {}});
+  call.logical.emplace_back();
+  call.inputs.push_back(integral ? scalar_buffer_int(call.device, type, int_value)
+                                 : scalar_buffer(call.device, type, value));
+}
+
+int find_device(const std::string& op, const std::vector<c10::IValue>& args) {
+  for (const auto& v : args) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_privateuseone()) {
+      return v.toTensor().device().index();
+    }
+    if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorVector()) {
+        if (t.defined() && t.is_privateuseone()) return t.device().index();
+      }
+    }
+  }
+  return c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
+}
+
+void check_device(const std::string& op, const at::Tensor& t, int device) {
+  if (!t.is_privateuseone() || t.device().index() != device) device_mismatch(op, t, device);
+}
+
+bool wants_f64(const std::vector<c10::IValue>& args) {
+  for (const auto& v : args) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().scalar_type() == at::kDouble) {
+      return true;
+    }
+  }
+  return false;
+}
+
+PreparedCall prepare(const std::string& op, const ops::Lowering& lowering,
+                     const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
+                     size_t count) {
+  PreparedCall call(lowering.op);
+  call.device = find_device(op, args);
+  bool f64 = wants_f64(args);
+  for (size_t i = 0; i < count; ++i) {
+    const c10::IValue& v = args[i];
+    const c10::Argument& formal = schema.arguments()[i];
+    LoweringArg a;
+    bool static_scalar = std::find(lowering.static_scalars.begin(), lowering.static_scalars.end(),
+                                   static_cast<int>(i)) != lowering.static_scalars.end();
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) {
+        call.key.attr("undef");
+      } else if (!t.is_privateuseone() && t.dim() == 0) {
+        // A 0-d CPU tensor next to device tensors: a number, as in torch.
+        a.kind = LoweringArg::Kind::kScalar;
+        a.dtype = t.scalar_type();
+        a.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
+        ElementType type = ops::to_element_type(t.scalar_type());
+        call.key.attr(a.wrapped_number);
+        c10::Scalar s = t.item();
+        add_scalar_param(call, type, s.toDouble(), s.isIntegral(true) ? s.toLong() : 0,
+                         !hlo::is_float(type));
+      } else {
+        check_device(op, t, call.device);
+        a.kind = LoweringArg::Kind::kTensor;
+        a.dtype = t.scalar_type();
+        bool shape_only = std::find(lowering.shape_only.begin(), lowering.shape_only.end(),
+                                    static_cast<int>(i)) != lowering.shape_only.end();
+        if (shape_only) {
+          a.placeholder = true;
+          a.placeholder_dims.assign(t.sizes().begin(), t.sizes().end());
+          call.key.attr("shape_only").dtype(static_cast<int64_t>(t.scalar_type())).shape(t.sizes());
+        } else {
+          add_tensor_param(call, t);
+        }
+      }
+    } else if (v.isTensorList()) {
+      a.kind = LoweringArg::Kind::kTensorList;
+      call.key.attr("list").attr(static_cast<uint64_t>(v.toTensorVector().size()));
+      for (const at::Tensor& t : v.toTensorVector()) {
+        check_device(op, t, call.device);
+        a.dtypes.push_back(t.scalar_type());
+        add_tensor_param(call, t);
+      }
+    } else if (v.isNone()) {
+      call.key.attr("none");
+    } else if (is_scalar_schema(formal.type()) && !static_scalar && (v.isScalar())) {
+      c10::Scalar s = v.toScalar();
+      TORCH_CHECK_NOT_IMPLEMENTED(!s.isComplex(), "torch_pjrt: ", op,
+                                  " with a complex Python number is not supported on tpu");
+      a.kind = LoweringArg::Kind::kScalar;
+      a.wrapped_number = true;
+      if (s.isBoolean()) {
+        a.dtype = at::kBool;
+        add_scalar_param(call, ElementType::kPred, 0, s.toBool(), true);
+      } else if (s.isIntegral(false)) {
+        a.dtype = at::kLong;
+        add_scalar_param(call, ElementType::kS64, 0, s.toLong(), true);
+      } else {
+        a.dtype = at::kDouble;
+        add_scalar_param(call, f64 ? ElementType::kF64 : ElementType::kF32, s.toDouble(), 0,
+                         false);
+      }
+    } else {
+      a.kind = LoweringArg::Kind::kStatic;
+      a.value = v;
+      hash_static(call.key, v);
+    }
+    call.args.push_back(std::move(a));
+  }
+  return call;
+}
+
+std::string describe_inputs(const std::vector<c10::IValue>& args, size_t count) {
+  std::ostringstream out;
+  for (size_t i = 0; i < count; ++i) {
+    const c10::IValue& v = args[i];
+    if (i) out << ", ";
+    if (v.isTensor() && v.toTensor().defined()) {
+      out << v.toTensor().scalar_type() << v.toTensor().sizes();
+    } else {
+      out << v;
+    }
+  }
+  return out.str();
+}
+
+}  // namespace
+
+void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = handle.schema();
+  std::string op = op_name(schema);
+  const ops::Lowering* lowering = ops::find_lowering(op);
+  TORCH_INTERNAL_ASSERT(lowering != nullptr, "torch_pjrt: no lowering for ", op);
+  CallShape shape = call_shape(schema);
+  size_t nargs = schema.arguments().size();
+  std::vector<c10::IValue> args(stack->end() - nargs, stack->end());
+  torch::jit::drop(*stack, nargs);
+
+  PreparedCall call = prepare(op, *lowering, schema, args, shape.functional_args);
+  // In-place and out= results are converted in the program to their
+  // targets' dtypes; the targets' dtypes are part of the key.
+  std::vector<c10::ScalarType> target_dtypes;
+  for (size_t t : shape.targets) {
+    const at::Tensor& target = args[t].toTensor();
+    check_device(op, target, call.device);
+    target_dtypes.push_back(target.scalar_type());
+    call.key.attr("target").attr(static_cast<uint64_t>(target.scalar_type()));
+  }
+
+  const Program* program = nullptr;
+  try {
+    program = &program_for(call.key, [&](hlo::Builder& b) {
+      std::vector<hlo::Value> params;
+      for (const auto& type : call.param_types) params.push_back(b.parameter(type));
+      size_t next = 0;
+      for (auto& a : call.args) {
+        if (a.placeholder) {
+          a.tensor = b.zeros(hlo::TensorType{ops::to_element_type(a.dtype), a.placeholder_dims});
+        } else if (a.kind == LoweringArg::Kind::kTensor || a.kind == LoweringArg::Kind::kScalar) {
+          a.tensor = b.reshape(params[next], call.logical[next]);
+          ++next;
+        } else if (a.kind == LoweringArg::Kind::kTensorList) {
+          for (size_t k = 0; k < a.dtypes.size(); ++k, ++next) {
+            a.tensors.push_back(b.reshape(params[next], call.logical[next]));
+          }
+        }
+      }
+      ops::LoweringContext ctx(b, lowering->op, call.args);
+      std::vector<hlo::Value> results = lowering->fn(ctx);
+      for (size_t i = 0; i < target_dtypes.size() && i < results.size(); ++i) {
+        c10::ScalarType from = ops::to_scalar_type(b.element_type(results[i]));
+        TORCH_CHECK(c10::canCast(from, target_dtypes[i]), "result type ", from,
+                    " can't be cast to the desired output type ", target_dtypes[i]);
+        results[i] = b.convert(results[i], ops::to_element_type(target_dtypes[i]));
+      }
+      b.set_outputs(results);
+    });
+  } catch (const hlo::BuildError& e) {
+    TORCH_CHECK(false, "torch_pjrt: lowering ", op, " (", describe_inputs(args, shape.functional_args),
+                ") produced an invalid program: ", e.what());
+  }
+
+  std::vector<BufferPtr> outputs;
+  try {
+    outputs = run_program(*program, call.inputs, call.device);
+  } catch (const pjrt::Error& e) {
+    TORCH_CHECK(false, "torch_pjrt: ", op, " (", describe_inputs(args, shape.functional_args),
+                ") failed on the device: ", e.what());
+  }
+
+  if (shape.variant == Variant::kFunctional) {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const hlo::TensorType& type = program->outputs[i];
+      torch::jit::push(*stack, wrap_buffer(outputs[i], ops::to_scalar_type(type.type), type.dims,
+                                           call.device));
+    }
+    return;
+  }
+  for (size_t i = 0; i < shape.targets.size(); ++i) {
+    at::Tensor target = args[shape.targets[i]].toTensor();
+    const auto& dims = program->outputs[i].dims;
+    if (shape.variant == Variant::kInPlace) {
+      TORCH_CHECK(target.sizes() == c10::IntArrayRef(dims), "output with shape ", target.sizes(),
+                  " doesn't match the broadcast shape ", c10::IntArrayRef(dims));
+    } else {
+      at::native::resize_output(target, dims);
+    }
+    write_tensor(target, outputs[i]);
+    torch::jit::push(*stack, target);
+  }
+}
+
+void register_lowered_ops() {
+  static auto* library = new torch::Library(torch::Library::IMPL, "aten",
+                                            c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const std::string& name : ops::lowered_ops()) {
+    library->impl(name.substr(6).c_str(),  // without "aten::"
+                  torch::CppFunction::makeFromBoxedFunction<&run_lowered_op>());
+  }
+}
+
+}  // namespace torch_pjrt::backend

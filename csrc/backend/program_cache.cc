@@ -1,0 +1,121 @@
+#include "backend/program_cache.h"
+
+#include <c10/util/Exception.h>
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "backend/runtime_state.h"
+#include "backend/settings.h"
+#include "pjrt/program_signature.h"
+
+namespace torch_pjrt::backend {
+namespace {
+
+struct OpHistory {
+  std::set<std::pair<uint64_t, uint64_t>> dtypes, shapes, attrs;
+};
+
+std::mutex mutex;
+std::unordered_map<pjrt::Hash128, std::unique_ptr<Program>, pjrt::Hash128Hasher> programs;
+std::map<std::string, OpHistory> history;
+std::map<std::string, int64_t> reasons;
+
+std::pair<uint64_t, uint64_t> pair_of(const pjrt::Hash128& h) { return {h.high, h.low}; }
+
+std::string reason_for(const ProgramKey& key) {
+  auto [it, new_op] = history.try_emplace(key.op());
+  OpHistory& h = it->second;
+  bool new_dtype = h.dtypes.insert(pair_of(key.dtypes())).second;
+  bool new_shape = h.shapes.insert(pair_of(key.shapes())).second;
+  bool new_attrs = h.attrs.insert(pair_of(key.attrs())).second;
+  const char* why = new_op      ? "new op"
+                    : new_dtype ? "new dtype"
+                    : new_shape ? "new shape"
+                    : new_attrs ? "new attributes"
+                                : "new combination";
+  return std::string(why) + ": " + key.op();
+}
+
+// With TORCH_PJRT_DUMP_DIR set every program is written before it is
+// compiled; a compile error says where, or how to keep the program.
+std::string dump_program(const std::string& op, const std::string& mlir) {
+  const std::string& dir = settings().dump_dir;
+  if (dir.empty()) return "set TORCH_PJRT_DUMP_DIR to keep the failing program";
+  std::string path = dir + "/" + op + "-" + pjrt::hash128(mlir).hex() + ".mlir";
+  for (char& c : path) {
+    if (c == ':') c = '_';
+  }
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return "could not write the program to " + path;
+  std::fwrite(mlir.data(), 1, mlir.size(), f);
+  std::fclose(f);
+  return "the program was written to " + path;
+}
+
+}  // namespace
+
+ProgramKey& ProgramKey::shape(c10::ArrayRef<int64_t> dims) {
+  shapes_.add(static_cast<uint64_t>(dims.size()));
+  for (int64_t d : dims) shapes_.add(static_cast<uint64_t>(d));
+  return *this;
+}
+
+pjrt::Hash128 ProgramKey::full() const {
+  auto d = dtypes(), s = shapes(), a = attrs();
+  return pjrt::Hasher()
+      .add(op_)
+      .add(d.high).add(d.low)
+      .add(s.high).add(s.low)
+      .add(a.high).add(a.low)
+      .finish();
+}
+
+const Program& program_for(const ProgramKey& key,
+                           const std::function<void(hlo::Builder&)>& build) {
+  pjrt::Hash128 full = key.full();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = programs.find(full); it != programs.end()) return *it->second;
+  }
+  std::string name;
+  for (char c : key.op()) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  hlo::Builder builder(name);
+  build(builder);
+  std::string mlir = builder.to_mlir();
+  auto program = std::make_unique<Program>();
+  std::string dumped = settings().dump_dir.empty() ? "" : dump_program(name, mlir);
+  try {
+    program->executable = runtime().cache().get_or_compile(mlir).executable;
+  } catch (const pjrt::Error& e) {
+    TORCH_CHECK(false, "torch_pjrt: the StableHLO program for ", key.op(),
+                " failed to compile: ", e.what(), " (",
+                dumped.empty() ? dump_program(name, mlir) : dumped, ")");
+  }
+  // Parameter and output types, read back from the builder.
+  auto signature = pjrt::parse_main_signature(mlir);
+  if (signature) {
+    for (const auto& spec : *signature) program->parameters.push_back({spec.type, spec.dims});
+  }
+  program->outputs = builder.output_types();
+  program->donated = builder.donated();
+
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, inserted] = programs.emplace(full, std::move(program));
+  if (inserted) reasons[reason_for(key)]++;
+  return *it->second;
+}
+
+std::vector<std::pair<std::string, int64_t>> recompile_reasons() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return {reasons.begin(), reasons.end()};
+}
+
+void reset_recompile_reasons() {
+  std::lock_guard<std::mutex> lock(mutex);
+  reasons.clear();
+}
+
+}  // namespace torch_pjrt::backend

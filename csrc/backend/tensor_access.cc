@@ -1,0 +1,221 @@
+#include "backend/tensor_access.h"
+
+#include <ATen/Functions.h>
+#include <ATen/EmptyTensor.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/TensorImpl.h>
+
+#include <numeric>
+
+#include "ops/dtypes.h"
+#include "backend/runtime_state.h"
+
+namespace torch_pjrt::backend {
+
+using ops::to_element_type;
+using ops::to_scalar_type;
+namespace {
+
+using hlo::Builder;
+using hlo::TensorType;
+using hlo::Value;
+using pjrt::ElementType;
+
+int64_t numel_of(c10::IntArrayRef sizes) {
+  return std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<>());
+}
+
+bool is_contiguous(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  int64_t expected = 1;
+  for (int64_t i = static_cast<int64_t>(sizes.size()) - 1; i >= 0; --i) {
+    if (sizes[i] != 1 && strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+// Element count the storage holds in units of `type`.
+int64_t storage_elements(const DeviceStorage& slot, ElementType type) {
+  return static_cast<int64_t>(slot.nbytes / pjrt::byte_width(type));
+}
+
+// The slot's buffer viewed as `type`, materialising zeros for a storage that
+// was never written (torch.empty), so later reads agree with this one.
+BufferPtr storage_buffer(DeviceStorage& slot, ElementType type) {
+  if (slot.buffer) return slot.buffer;
+  int64_t n = storage_elements(slot, type);
+  ProgramKey key("torch_pjrt::zeros");
+  key.dtype(static_cast<int64_t>(type)).shape(n);
+  const Program& program = program_for(key, [&](Builder& b) {
+    b.set_outputs({b.zeros(TensorType{type, {n}})});
+  });
+  slot.buffer = run_program(program, {}, slot.device)[0];
+  return slot.buffer;
+}
+
+// Flat element indices of a strided view: offset + sum(iota_k * stride_k).
+Value view_indices(Builder& b, c10::IntArrayRef sizes, c10::IntArrayRef strides, Value offset) {
+  std::vector<int64_t> dims(sizes.begin(), sizes.end());
+  TensorType index_type{ElementType::kS64, dims};
+  Value idx = b.splat(offset, dims);
+  for (size_t k = 0; k < dims.size(); ++k) {
+    if (dims[k] == 1 || strides[k] == 0) continue;
+    Value term = b.binary("multiply", b.iota(index_type, static_cast<int64_t>(k)),
+                          b.splat(b.constant_int(strides[k], ElementType::kS64), dims));
+    idx = b.binary("add", idx, term);
+  }
+  dims.push_back(1);
+  return b.reshape(idx, dims);
+}
+
+void add_view_to_key(ProgramKey& key, const at::Tensor& t, ElementType storage_type,
+                     int64_t storage_n) {
+  key.dtype(static_cast<int64_t>(storage_type)).dtype(static_cast<int64_t>(t.scalar_type()));
+  key.shape(storage_n).shape(t.sizes()).shape(t.strides());
+  key.attr(is_contiguous(t.sizes(), t.strides()));
+}
+
+void check_same_width(const at::Tensor& t, ElementType storage_type) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      pjrt::byte_width(storage_type) == t.element_size(),
+      "torch_pjrt: reading a ", t.scalar_type(), " view of a storage written as ",
+      pjrt::mlir_name(storage_type), " (different element widths) is not supported");
+}
+
+}  // namespace
+
+hlo::TensorType tensor_type(const at::Tensor& t) {
+  return TensorType{to_element_type(t.scalar_type()), std::vector<int64_t>(t.sizes().begin(),
+                                                                           t.sizes().end())};
+}
+
+int device_index_of(const at::Tensor& t) { return t.device().index(); }
+
+bool is_whole_buffer(const at::Tensor& t) {
+  DeviceStorage& slot = storage_slot(t.storage());
+  if (!slot.buffer || t.storage_offset() != 0) return false;
+  if (slot.buffer->element_type() != to_element_type(t.scalar_type())) return false;
+  return t.numel() == slot.buffer->element_count() && is_contiguous(t.sizes(), t.strides());
+}
+
+BufferPtr buffer_for_read(const at::Tensor& t) {
+  DeviceStorage& slot = storage_slot(t.storage());
+  storage_buffer(slot, to_element_type(t.scalar_type()));
+  if (is_whole_buffer(t)) return slot.buffer;
+  return read_tensor(t);
+}
+
+BufferPtr read_tensor(const at::Tensor& t) {
+  DeviceStorage& slot = storage_slot(t.storage());
+  ElementType want = to_element_type(t.scalar_type());
+  BufferPtr base = storage_buffer(slot, want);
+  ElementType have = base->element_type();
+  std::vector<int64_t> base_dims = base->dims();
+  int64_t n = base->element_count();
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  if (have == want && base_dims == sizes && t.storage_offset() == 0 &&
+      is_contiguous(t.sizes(), t.strides())) {
+    return base;
+  }
+  check_same_width(t, have);
+  TORCH_CHECK(t.numel() == 0 ||
+                  t.storage_offset() + 1 +
+                          [&] {
+                            int64_t extent = 0;
+                            for (int64_t k = 0; k < t.dim(); ++k) {
+                              extent += (t.size(k) - 1) * t.stride(k);
+                            }
+                            return extent;
+                          }() <=
+                      n,
+              "torch_pjrt: view of size ", t.sizes(), " and strides ", t.strides(),
+              " at offset ", t.storage_offset(), " reaches past its storage of ", n, " elements");
+
+  ProgramKey key("torch_pjrt::view_read");
+  add_view_to_key(key, t, have, n);
+  key.shape(c10::IntArrayRef(base_dims));
+  bool contiguous = is_contiguous(t.sizes(), t.strides());
+  const Program& program = program_for(key, [&](Builder& b) {
+    Value src = b.parameter(TensorType{have, base_dims});
+    Value offset = b.parameter(TensorType{ElementType::kS64, {}});
+    Value flat = b.reshape(src, {n});
+    Value out;
+    if (t.numel() == 0) {
+      out = b.zeros(TensorType{have, sizes});
+    } else if (contiguous) {
+      out = b.reshape(b.dynamic_slice(flat, {offset}, {t.numel()}), sizes);
+    } else {
+      Value idx = view_indices(b, t.sizes(), t.strides(), offset);
+      hlo::Builder::GatherDims g{{}, {0}, {0}, static_cast<int64_t>(sizes.size())};
+      out = b.gather(flat, idx, g, {1}, sizes);
+    }
+    b.set_outputs({b.bitcast_convert(out, want)});
+  });
+  BufferPtr offset = scalar_buffer_int(slot.device, ElementType::kS64, t.storage_offset());
+  return run_program(program, {base, offset}, slot.device)[0];
+}
+
+void write_tensor(const at::Tensor& t, BufferPtr value) {
+  DeviceStorage& slot = storage_slot(t.storage());
+  ElementType type = to_element_type(t.scalar_type());
+  TORCH_INTERNAL_ASSERT(value->element_type() == type, "torch_pjrt: writing ",
+                        pjrt::mlir_name(value->element_type()), " into a ", t.scalar_type(),
+                        " tensor");
+  int64_t n = storage_elements(slot, type);
+  bool whole = t.storage_offset() == 0 && t.numel() == n && is_contiguous(t.sizes(), t.strides());
+  if (whole) {
+    slot.buffer = std::move(value);
+    return;
+  }
+  if (t.numel() == 0) return;
+  BufferPtr base = storage_buffer(slot, type);
+  check_same_width(t, base->element_type());
+  ElementType have = base->element_type();
+  std::vector<int64_t> base_dims = base->dims();
+  std::vector<int64_t> value_dims = value->dims();
+  bool contiguous = is_contiguous(t.sizes(), t.strides());
+
+  ProgramKey key("torch_pjrt::view_write");
+  add_view_to_key(key, t, have, base->element_count());
+  key.shape(c10::IntArrayRef(base_dims)).shape(c10::IntArrayRef(value_dims));
+  const Program& program = program_for(key, [&](Builder& b) {
+    Value src = b.parameter(TensorType{have, base_dims}, /*donate=*/true);
+    Value update = b.parameter(TensorType{type, value_dims});
+    Value offset = b.parameter(TensorType{ElementType::kS64, {}});
+    int64_t total = TensorType{have, base_dims}.numel();
+    Value flat = b.reshape(src, {total});
+    Value values = b.bitcast_convert(update, have);
+    Value result;
+    if (contiguous) {
+      result = b.dynamic_update_slice(flat, b.reshape(values, {t.numel()}), {offset});
+    } else {
+      std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+      Value idx = view_indices(b, t.sizes(), t.strides(), offset);
+      hlo::Builder::ScatterDims s{{}, {0}, {0}, static_cast<int64_t>(sizes.size())};
+      result = b.scatter(flat, idx, b.reshape(values, sizes), s,
+                         [](Builder& r, const std::vector<Value>& a) {
+                           return std::vector<Value>{a[1]};
+                         });
+    }
+    b.set_outputs({b.reshape(result, base_dims)});
+  });
+  BufferPtr offset = scalar_buffer_int(slot.device, ElementType::kS64, t.storage_offset());
+  // The old contents can be donated when only the slot holds them: `base`
+  // and the slot are the two references.
+  bool unique = base.use_count() == 2;
+  slot.buffer = run_program(program, {base, value, offset}, slot.device, {unique, false, false})[0];
+}
+
+at::Tensor wrap_buffer(BufferPtr buffer, c10::ScalarType dtype, c10::IntArrayRef sizes,
+                       int device) {
+  // The allocator places the slot on the current device.
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1,
+                                     static_cast<c10::DeviceIndex>(device)));
+  at::Tensor out = at::detail::empty_generic(sizes, device_allocator(),
+                                             c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                             dtype, c10::MemoryFormat::Contiguous);
+  storage_slot(out.storage()).buffer = std::move(buffer);
+  return out;
+}
+
+}  // namespace torch_pjrt::backend

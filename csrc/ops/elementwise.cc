@@ -1,0 +1,385 @@
+// Elementwise math: unary and binary ops with torch's type promotion and
+// broadcasting, comparisons, logical ops, where, clamp, masked_fill.
+#include <c10/util/Exception.h>
+
+#include <cmath>
+
+#include "ops/helpers.h"
+
+namespace torch_pjrt::ops {
+namespace {
+
+using Fn = std::function<Value(Builder&, Value)>;
+
+// A float-only unary op: integer inputs compute in the default float dtype.
+void unary_float(const std::string& name, const Fn& fn) {
+  register_lowering(
+      "aten::" + name,
+      [fn](LoweringContext& ctx) {
+        c10::ScalarType type = float_type(ctx.dtype(0));
+        return std::vector<Value>{fn(ctx.b, convert(ctx.b, ctx.tensor(0), type))};
+      },
+      {"aten::" + name + "_", "aten::" + name + ".out"});
+}
+
+// A unary op whose result keeps the input dtype.
+void unary_same(const std::string& name, const Fn& fn, bool allow_bool = true) {
+  register_lowering(
+      "aten::" + name,
+      [fn, name, allow_bool](LoweringContext& ctx) {
+        TORCH_CHECK(allow_bool || ctx.dtype(0) != at::kBool, name,
+                    " is not supported for bool tensors");
+        return std::vector<Value>{fn(ctx.b, ctx.tensor(0))};
+      },
+      {"aten::" + name + "_", "aten::" + name + ".out"});
+}
+
+Fn op(const char* name) {
+  return [name](Builder& b, Value x) { return b.unary(name, x); };
+}
+
+Value scalar_like(Builder& b, double v, Value x) {
+  return b.splat(b.constant(v, b.element_type(x)), b.dims(x));
+}
+
+void register_unary() {
+  unary_float("exp", op("exponential"));
+  unary_float("expm1", op("exponential_minus_one"));
+  unary_float("log", op("log"));
+  unary_float("log1p", op("log_plus_one"));
+  unary_float("log2", [](Builder& b, Value x) {
+    return b.binary("divide", b.unary("log", x), scalar_like(b, std::log(2.0), x));
+  });
+  unary_float("log10", [](Builder& b, Value x) {
+    return b.binary("divide", b.unary("log", x), scalar_like(b, std::log(10.0), x));
+  });
+  unary_float("sqrt", op("sqrt"));
+  unary_float("rsqrt", op("rsqrt"));
+  unary_float("sin", op("sine"));
+  unary_float("cos", op("cosine"));
+  unary_float("tan", op("tan"));
+  unary_float("tanh", op("tanh"));
+  unary_float("sigmoid", op("logistic"));
+  unary_float("asin", op("chlo.asin"));
+  unary_float("acos", op("chlo.acos"));
+  unary_float("atan", op("chlo.atan"));
+  unary_float("sinh", op("chlo.sinh"));
+  unary_float("cosh", op("chlo.cosh"));
+  unary_float("asinh", op("chlo.asinh"));
+  unary_float("acosh", op("chlo.acosh"));
+  unary_float("atanh", op("chlo.atanh"));
+  unary_float("erf", op("chlo.erf"));
+  unary_float("erfinv", op("chlo.erf_inv"));
+  unary_float("lgamma", op("chlo.lgamma"));
+  unary_float("digamma", op("chlo.digamma"));
+  unary_float("reciprocal", [](Builder& b, Value x) {
+    return b.binary("divide", scalar_like(b, 1.0, x), x);
+  });
+  unary_same("neg", op("negate"), /*allow_bool=*/false);
+  unary_same("abs", [](Builder& b, Value x) {
+    return b.element_type(x) == ElementType::kPred || hlo::is_unsigned_int(b.element_type(x))
+               ? x
+               : b.unary("abs", x);
+  });
+  unary_same("sign", [](Builder& b, Value x) {
+    ElementType t = b.element_type(x);
+    if (t == ElementType::kPred) return x;
+    if (hlo::is_unsigned_int(t)) {
+      Value zero = b.zeros(TensorType{t, b.dims(x)});
+      return b.convert(b.compare(x, zero, hlo::Compare::kNe), t);
+    }
+    return b.unary("sign", x);
+  });
+  // Rounding ops are the identity on integers, as in torch.
+  auto rounding = [](const char* hlo_op) {
+    return [hlo_op](Builder& b, Value x) {
+      return hlo::is_float(b.element_type(x)) ? b.unary(hlo_op, x) : x;
+    };
+  };
+  unary_same("floor", rounding("floor"));
+  unary_same("ceil", rounding("ceil"));
+  unary_same("round", rounding("round_nearest_even"));
+  unary_same("trunc", [](Builder& b, Value x) {
+    if (!hlo::is_float(b.element_type(x))) return x;
+    return b.binary("multiply", b.unary("sign", x), b.unary("floor", b.unary("abs", x)));
+  });
+  unary_same("bitwise_not", [](Builder& b, Value x) {
+    TORCH_CHECK(!hlo::is_float(b.element_type(x)),
+                "bitwise_not is only supported for integer and bool tensors");
+    return b.unary("not", x);
+  });
+  register_lowering(
+      "aten::logical_not",
+      [](LoweringContext& ctx) {
+        Builder& b = ctx.b;
+        Value x = ctx.tensor(0);
+        Value zero = b.zeros(TensorType{b.element_type(x), b.dims(x)});
+        return std::vector<Value>{b.compare(x, zero, hlo::Compare::kEq)};
+      },
+      {"aten::logical_not_", "aten::logical_not.out"});
+}
+
+// Binary arithmetic on the promoted type of arguments 0 and 1.
+using BinaryFn = std::function<Value(LoweringContext&, Value, Value, c10::ScalarType)>;
+
+void binary(const std::string& name, const std::vector<std::string>& overloads, BinaryFn fn,
+            bool float_math = false) {
+  for (const std::string& overload : overloads) {
+    std::string full = "aten::" + name + (overload.empty() ? "" : "." + overload);
+    std::string inplace = "aten::" + name + "_" + (overload.empty() ? "" : "." + overload);
+    std::vector<std::string> aliases = {inplace};
+    if (overload == "Tensor" || overload.empty()) aliases.push_back("aten::" + name + ".out");
+    if (overload == "Scalar") aliases.push_back("aten::" + name + ".Scalar_out");
+    register_lowering(full, [fn, float_math](LoweringContext& ctx) {
+      c10::ScalarType type = result_type(ctx, {0, 1});
+      if (float_math) type = float_type(type);
+      auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.arg(1).kind == LoweringArg::Kind::kStatic
+                                                                 ? ctx.scalar(1, et(type))
+                                                                 : ctx.tensor(1)},
+                                      type);
+      return std::vector<Value>{fn(ctx, xs[0], xs[1], type)};
+    }, aliases);
+  }
+}
+
+Value alpha_times(LoweringContext& ctx, Value other, c10::ScalarType type) {
+  if (ctx.is_none(2)) return other;
+  Builder& b = ctx.b;
+  TORCH_CHECK(type != at::kBool || ctx.arg(2).dtype == at::kBool,
+              "Boolean alpha only supported for Boolean results.");
+  TORCH_CHECK(c10::isFloatingType(type) || c10::isComplexType(type) ||
+                  ctx.arg(2).dtype != at::kDouble,
+              "For integral input tensors, argument alpha must not be a floating point number.");
+  Value alpha = b.splat(ctx.scalar(2, et(type)), b.dims(other));
+  return b.binary("multiply", alpha, other);
+}
+
+// Python's modulus: the remainder takes the divisor's sign.
+Value python_remainder(Builder& b, Value x, Value y) {
+  Value r = b.binary("remainder", x, y);
+  Value zero = b.zeros(TensorType{b.element_type(r), b.dims(r)});
+  Value r_neg = b.compare(r, zero, hlo::Compare::kLt);
+  Value y_neg = b.compare(y, zero, hlo::Compare::kLt);
+  Value fix = b.binary("and", b.compare(r, zero, hlo::Compare::kNe),
+                       b.compare(r_neg, y_neg, hlo::Compare::kNe));
+  return b.select(fix, b.binary("add", r, y), r);
+}
+
+void register_binary() {
+  binary("add", {"Tensor", "Scalar"}, [](LoweringContext& ctx, Value x, Value y, c10::ScalarType t) {
+    Builder& b = ctx.b;
+    y = alpha_times(ctx, y, t);
+    return t == at::kBool ? b.binary("or", x, y) : b.binary("add", x, y);
+  });
+  binary("sub", {"Tensor", "Scalar"}, [](LoweringContext& ctx, Value x, Value y, c10::ScalarType t) {
+    TORCH_CHECK(t != at::kBool,
+                "Subtraction, the `-` operator, with two bool tensors is not supported. "
+                "Use the `^` or `logical_xor()` operator instead.");
+    return ctx.b.binary("subtract", x, alpha_times(ctx, y, t));
+  });
+  binary("mul", {"Tensor", "Scalar"}, [](LoweringContext& ctx, Value x, Value y, c10::ScalarType t) {
+    return t == at::kBool ? ctx.b.binary("and", x, y) : ctx.b.binary("multiply", x, y);
+  });
+  binary("div", {"Tensor", "Scalar"},
+         [](LoweringContext& ctx, Value x, Value y, c10::ScalarType) {
+           return ctx.b.binary("divide", x, y);
+         },
+         /*float_math=*/true);
+  for (const char* overload : {"Tensor_mode", "Scalar_mode"}) {
+    std::string name = std::string("aten::div.") + overload;
+    std::vector<std::string> aliases = {std::string("aten::div_.") + overload};
+    if (std::string(overload) == "Tensor_mode") aliases.push_back("aten::div.out_mode");
+    register_lowering(name, [](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      c10::ScalarType type = result_type(ctx, {0, 1});
+      std::optional<std::string> mode;
+      if (!ctx.is_none(2)) mode = ctx.ivalue(2).toStringRef();
+      bool exact_int = mode && !c10::isFloatingType(type);
+      c10::ScalarType compute = exact_int ? type : float_type(type);
+      Value other = ctx.arg(1).kind == LoweringArg::Kind::kStatic ? ctx.scalar(1, et(compute))
+                                                                  : ctx.tensor(1);
+      auto xs = promote_and_broadcast(b, {ctx.tensor(0), other}, compute);
+      Value q = b.binary("divide", xs[0], xs[1]);  // integer divide truncates
+      if (mode && *mode == "floor") {
+        if (exact_int) {
+          Value r = b.binary("remainder", xs[0], xs[1]);
+          Value zero = b.zeros(TensorType{b.element_type(r), b.dims(r)});
+          Value adjust = b.binary(
+              "and", b.compare(r, zero, hlo::Compare::kNe),
+              b.compare(b.compare(r, zero, hlo::Compare::kLt),
+                        b.compare(xs[1], zero, hlo::Compare::kLt), hlo::Compare::kNe));
+          Value one = b.splat(b.constant_int(1, b.element_type(q)), b.dims(q));
+          q = b.select(adjust, b.binary("subtract", q, one), q);
+        } else {
+          q = b.unary("floor", q);
+        }
+      } else if (mode && *mode == "trunc" && !exact_int) {
+        q = b.binary("multiply", b.unary("sign", q), b.unary("floor", b.unary("abs", q)));
+      } else {
+        TORCH_CHECK(!mode || *mode == "trunc", "div expected rounding_mode to be one of None, "
+                    "'trunc', or 'floor' but found '", *mode, "'");
+      }
+      return std::vector<Value>{q};
+    }, aliases);
+  }
+  binary("remainder", {"Tensor", "Scalar"},
+         [](LoweringContext& ctx, Value x, Value y, c10::ScalarType) {
+           return python_remainder(ctx.b, x, y);
+         });
+  binary("fmod", {"Tensor", "Scalar"}, [](LoweringContext& ctx, Value x, Value y, c10::ScalarType) {
+    return ctx.b.binary("remainder", x, y);
+  });
+  binary("maximum", {""}, [](LoweringContext& ctx, Value x, Value y, c10::ScalarType) {
+    return ctx.b.binary("maximum", x, y);
+  });
+  binary("minimum", {""}, [](LoweringContext& ctx, Value x, Value y, c10::ScalarType) {
+    return ctx.b.binary("minimum", x, y);
+  });
+  binary("atan2", {""},
+         [](LoweringContext& ctx, Value x, Value y, c10::ScalarType) {
+           return ctx.b.binary("atan2", x, y);
+         },
+         /*float_math=*/true);
+  for (auto [name, hlo_op] : {std::pair{"bitwise_and", "and"}, std::pair{"bitwise_or", "or"},
+                              std::pair{"bitwise_xor", "xor"}}) {
+    std::string n = name;
+    std::string o = hlo_op;
+    binary(n, {"Tensor", "Scalar"}, [n, o](LoweringContext& ctx, Value x, Value y, c10::ScalarType t) {
+      TORCH_CHECK(!c10::isFloatingType(t), "\"", n, "_cpu\" not implemented for '", t, "'");
+      return ctx.b.binary(o, x, y);
+    });
+  }
+}
+
+void register_pow() {
+  auto lower = [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = result_type(ctx, {0, 1});
+    auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, type);
+    return std::vector<Value>{b.binary("power", xs[0], xs[1])};
+  };
+  register_lowering("aten::pow.Tensor_Tensor", lower,
+                    {"aten::pow_.Tensor", "aten::pow.Tensor_Tensor_out"});
+  register_lowering("aten::pow.Tensor_Scalar", lower,
+                    {"aten::pow_.Scalar", "aten::pow.Tensor_Scalar_out"});
+  register_lowering("aten::pow.Scalar", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = result_type(ctx, {0, 1});
+    auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, type);
+    return std::vector<Value>{b.binary("power", xs[0], xs[1])};
+  }, {"aten::pow.Scalar_out"});
+}
+
+void register_comparisons() {
+  for (auto [name, dir] : {std::pair{"eq", hlo::Compare::kEq}, std::pair{"ne", hlo::Compare::kNe},
+                           std::pair{"lt", hlo::Compare::kLt}, std::pair{"le", hlo::Compare::kLe},
+                           std::pair{"gt", hlo::Compare::kGt}, std::pair{"ge", hlo::Compare::kGe}}) {
+    hlo::Compare direction = dir;
+    auto lower = [direction](LoweringContext& ctx) {
+      c10::ScalarType type = result_type(ctx, {0, 1});
+      auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, type);
+      return std::vector<Value>{ctx.b.compare(xs[0], xs[1], direction)};
+    };
+    std::string n = name;
+    register_lowering("aten::" + n + ".Tensor", lower,
+                      {"aten::" + n + "_.Tensor", "aten::" + n + ".Tensor_out"});
+    register_lowering("aten::" + n + ".Scalar", lower,
+                      {"aten::" + n + "_.Scalar", "aten::" + n + ".Scalar_out"});
+  }
+  for (auto [name, hlo_op] : {std::pair{"logical_and", "and"}, std::pair{"logical_or", "or"},
+                              std::pair{"logical_xor", "xor"}}) {
+    std::string n = name;
+    std::string o = hlo_op;
+    register_lowering("aten::" + n, [o](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      auto truth = [&](Value x) {
+        return b.compare(x, b.zeros(TensorType{b.element_type(x), b.dims(x)}), hlo::Compare::kNe);
+      };
+      auto shape = broadcast_shape(b.dims(ctx.tensor(0)), b.dims(ctx.tensor(1)));
+      Value x = broadcast_to(b, truth(ctx.tensor(0)), shape);
+      Value y = broadcast_to(b, truth(ctx.tensor(1)), shape);
+      return std::vector<Value>{b.binary(o, x, y)};
+    }, {"aten::" + n + "_", "aten::" + n + ".out"});
+  }
+}
+
+void register_select_ops() {
+  register_lowering("aten::where.self", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = result_type(ctx, {1, 2});
+    Value cond = ctx.tensor(0);
+    TORCH_CHECK(ctx.dtype(0) == at::kBool || ctx.dtype(0) == at::kByte,
+                "where expected condition to be a boolean tensor, but got a tensor with dtype ",
+                ctx.dtype(0));
+    cond = b.convert(cond, ElementType::kPred);
+    auto shape = broadcast_shape(b.dims(cond), broadcast_shape(b.dims(ctx.tensor(1)),
+                                                               b.dims(ctx.tensor(2))));
+    Value x = broadcast_to(b, convert(b, ctx.tensor(1), type), shape);
+    Value y = broadcast_to(b, convert(b, ctx.tensor(2), type), shape);
+    return std::vector<Value>{b.select(broadcast_to(b, cond, shape), x, y)};
+  }, {"aten::where.self_out"});
+
+  auto clamp_lower = [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    TORCH_CHECK(!ctx.is_none(1) || !ctx.is_none(2),
+                "torch.clamp: At least one of 'min' or 'max' must not be None");
+    c10::ScalarType type = result_type(ctx, {0, 1, 2});
+    Value x = convert(b, ctx.tensor(0), type);
+    std::vector<int64_t> shape = b.dims(x);
+    for (size_t i : {1, 2}) {
+      if (!ctx.is_none(i)) shape = broadcast_shape(shape, b.dims(ctx.tensor(i)));
+    }
+    x = broadcast_to(b, x, shape);
+    if (!ctx.is_none(1)) {
+      Value lo = broadcast_to(b, convert(b, ctx.tensor(1), type), shape);
+      // NaN in x propagates; maximum does that.
+      x = b.binary("maximum", x, lo);
+    }
+    if (!ctx.is_none(2)) {
+      Value hi = broadcast_to(b, convert(b, ctx.tensor(2), type), shape);
+      x = b.binary("minimum", x, hi);
+    }
+    return std::vector<Value>{x};
+  };
+  register_lowering("aten::clamp", clamp_lower, {"aten::clamp_", "aten::clamp.out"});
+  register_lowering("aten::clamp.Tensor", clamp_lower, {"aten::clamp_.Tensor", "aten::clamp.Tensor_out"});
+  register_lowering("aten::clamp_min", [](LoweringContext& ctx) {
+    c10::ScalarType type = result_type(ctx, {0, 1});
+    auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, type);
+    return std::vector<Value>{ctx.b.binary("maximum", xs[0], xs[1])};
+  }, {"aten::clamp_min_", "aten::clamp_min.out"});
+  register_lowering("aten::clamp_max", [](LoweringContext& ctx) {
+    c10::ScalarType type = result_type(ctx, {0, 1});
+    auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, type);
+    return std::vector<Value>{ctx.b.binary("minimum", xs[0], xs[1])};
+  }, {"aten::clamp_max_", "aten::clamp_max.out"});
+
+  auto masked_fill = [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    TORCH_CHECK(ctx.dtype(1) == at::kBool, "masked_fill_ only supports boolean masks, but got mask "
+                "with dtype ", ctx.dtype(1));
+    auto shape = broadcast_shape(b.dims(x), b.dims(ctx.tensor(1)));
+    TORCH_CHECK(shape == b.dims(x), "masked_fill: the mask of shape ",
+                c10::IntArrayRef(b.dims(ctx.tensor(1))), " cannot be broadcast to the input of shape ",
+                c10::IntArrayRef(b.dims(x)));
+    Value mask = broadcast_to(b, ctx.tensor(1), shape);
+    Value fill = b.splat(ctx.scalar(2, b.element_type(x)), shape);
+    return std::vector<Value>{b.select(mask, fill, x)};
+  };
+  register_lowering("aten::masked_fill.Scalar", masked_fill,
+                    {"aten::masked_fill_.Scalar", "aten::masked_fill.Scalar_out"});
+  register_lowering("aten::masked_fill.Tensor", masked_fill,
+                    {"aten::masked_fill_.Tensor", "aten::masked_fill.Tensor_out"});
+}
+
+LoweringRegistrar registrar([] {
+  register_unary();
+  register_binary();
+  register_pow();
+  register_comparisons();
+  register_select_ops();
+});
+
+}  // namespace
+}  // namespace torch_pjrt::ops

@@ -1,0 +1,103 @@
+// The lowering table: one function per aten op that expresses it in
+// StableHLO. Eager mode runs each op through its lowering alone; compiled
+// graphs (torch.compile) call the same functions node by node. A lowering
+// sees its op's schema arguments by position:
+//   - tensors as builder Values in their torch dtype and shape,
+//   - Scalar and float arguments as 0-d Values (runtime parameters, so a
+//     changing learning rate never recompiles),
+//   - everything else (ints, bools, lists, dtypes) as static IValues.
+// It returns one Value per tensor output of the functional op.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/ScalarType.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hlo/builder.h"
+
+namespace torch_pjrt::ops {
+
+using hlo::Builder;
+using hlo::TensorType;
+using hlo::Value;
+using pjrt::ElementType;
+
+// What a lowering knows about one schema argument.
+struct LoweringArg {
+  enum class Kind { kTensor, kTensorList, kScalar, kStatic, kNone };
+  Kind kind = Kind::kNone;
+  Value tensor;                    // kTensor, kScalar
+  std::vector<Value> tensors;      // kTensorList
+  c10::ScalarType dtype{};         // kTensor, kScalar: the torch dtype
+  std::vector<c10::ScalarType> dtypes;  // kTensorList
+  bool wrapped_number = false;     // kScalar and 0-d CPU tensors: a Python number
+  c10::IValue value;               // kStatic
+  // kTensor passed without data (Lowering::shape_only); `tensor` is zeros.
+  bool placeholder = false;
+  std::vector<int64_t> placeholder_dims;
+};
+
+class LoweringContext {
+ public:
+  LoweringContext(Builder& b, std::string op, std::vector<LoweringArg> args)
+      : b(b), op_(std::move(op)), args_(std::move(args)) {}
+
+  Builder& b;
+  const std::string& op() const { return op_; }
+  size_t num_args() const { return args_.size(); }
+  const LoweringArg& arg(size_t i) const;
+  bool is_none(size_t i) const { return i >= args_.size() || args_[i].kind == LoweringArg::Kind::kNone; }
+
+  Value tensor(size_t i) const;
+  c10::ScalarType dtype(size_t i) const;
+  std::vector<Value> tensor_list(size_t i) const;
+  // A Scalar/float argument (or a 0-d tensor) converted to `type`.
+  Value scalar(size_t i, ElementType type) const;
+  int64_t int_arg(size_t i) const;
+  std::optional<int64_t> optional_int(size_t i) const;
+  double double_arg(size_t i) const;
+  bool bool_arg(size_t i) const;
+  std::vector<int64_t> int_list(size_t i) const;
+  std::optional<std::vector<int64_t>> optional_int_list(size_t i) const;
+  std::optional<c10::ScalarType> optional_dtype(size_t i) const;
+  const c10::IValue& ivalue(size_t i) const;
+
+ private:
+  std::string op_;
+  std::vector<LoweringArg> args_;
+};
+
+using LoweringFn = std::function<std::vector<Value>(LoweringContext&)>;
+
+struct Lowering {
+  std::string op;  // "aten::add.Tensor"
+  LoweringFn fn;
+  // Scalar arguments whose value decides the program's structure (e.g. the
+  // length of arange) are listed here and become static.
+  std::vector<int> static_scalars;
+  // Tensor arguments of which only the dtype and shape are used (fill_'s
+  // self): the lowering gets a placeholder, and no data is passed.
+  std::vector<int> shape_only;
+};
+
+// Registers `fn` for the functional op `op` and for its in-place and out=
+// variants `aliases` ("aten::add_.Tensor", "aten::add.out").
+void register_lowering(const std::string& op, LoweringFn fn,
+                       std::vector<std::string> aliases = {}, std::vector<int> static_scalars = {},
+                       std::vector<int> shape_only = {});
+
+// The lowering for `op` or one of its variants; null when none is registered.
+const Lowering* find_lowering(const std::string& op);
+// Every registered operator name, variants included.
+std::vector<std::string> lowered_ops();
+
+// Static registration from each op family's file.
+struct LoweringRegistrar {
+  explicit LoweringRegistrar(const std::function<void()>& fn) { fn(); }
+};
+
+}  // namespace torch_pjrt::ops

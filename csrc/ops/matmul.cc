@@ -1,0 +1,102 @@
+// Matrix products: mm, bmm, addmm, baddbmm, dot, mv, addmv. matmul and
+// linear are composites in torch and reach these.
+#include <c10/util/Exception.h>
+
+#include "ops/helpers.h"
+
+namespace torch_pjrt::ops {
+namespace {
+
+void check_same_dtype(const LoweringContext& ctx, size_t a, size_t b, const char* op) {
+  TORCH_CHECK(ctx.dtype(a) == ctx.dtype(b), "expected m1 and m2 to have the same dtype, but got: ",
+              ctx.dtype(a), " != ", ctx.dtype(b));
+  (void)op;
+}
+
+// Matmul accumulates in f32 for bf16/f16 inputs and rounds once at the end.
+Value product(Builder& b, Value x, Value y, const std::vector<int64_t>& batch,
+              int64_t contract_x, int64_t contract_y, c10::ScalarType type) {
+  c10::ScalarType acc = (type == at::kHalf || type == at::kBFloat16) ? at::kFloat : type;
+  Value r = b.dot_general(x, y, batch, batch, {contract_x}, {contract_y}, et(acc));
+  return convert(b, r, type);
+}
+
+Value mm(LoweringContext& ctx, Value x, Value y, size_t xi, size_t yi) {
+  Builder& b = ctx.b;
+  TORCH_CHECK(b.type(x).rank() == 2, "self must be a matrix");
+  TORCH_CHECK(b.type(y).rank() == 2, "mat2 must be a matrix");
+  check_same_dtype(ctx, xi, yi, "mm");
+  TORCH_CHECK(b.dims(x)[1] == b.dims(y)[0], "mat1 and mat2 shapes cannot be multiplied (",
+              b.dims(x)[0], "x", b.dims(x)[1], " and ", b.dims(y)[0], "x", b.dims(y)[1], ")");
+  return product(b, x, y, {}, 1, 0, ctx.dtype(xi));
+}
+
+Value bmm(LoweringContext& ctx, Value x, Value y, size_t xi, size_t yi) {
+  Builder& b = ctx.b;
+  TORCH_CHECK(b.type(x).rank() == 3, "batch1 must be a 3D tensor");
+  TORCH_CHECK(b.type(y).rank() == 3, "batch2 must be a 3D tensor");
+  check_same_dtype(ctx, xi, yi, "bmm");
+  const auto& dx = b.dims(x);
+  const auto& dy = b.dims(y);
+  TORCH_CHECK(dx[0] == dy[0], "batch1 and batch2 must have same number of batches, got ", dx[0],
+              " and ", dy[0]);
+  TORCH_CHECK(dx[2] == dy[1], "Expected size for first two dimensions of batch2 tensor to be: [",
+              dx[0], ", ", dx[2], "] but got: [", dy[0], ", ", dy[1], "].");
+  return product(b, x, y, {0}, 2, 1, ctx.dtype(xi));
+}
+
+// beta * input + alpha * product, with beta == 0 ignoring NaNs in input.
+Value scale_add(LoweringContext& ctx, Value input, Value prod, size_t beta, size_t alpha) {
+  Builder& b = ctx.b;
+  ElementType t = b.element_type(prod);
+  Value in = broadcast_to(b, b.convert(input, t), b.dims(prod));
+  Value scaled_prod = b.binary("multiply", b.splat(ctx.scalar(alpha, t), b.dims(prod)), prod);
+  Value beta_v = b.splat(ctx.scalar(beta, t), b.dims(prod));
+  Value scaled_in = b.binary("multiply", beta_v, in);
+  Value beta_zero = b.compare(beta_v, b.zeros(TensorType{t, b.dims(prod)}), hlo::Compare::kEq);
+  scaled_in = b.select(beta_zero, b.zeros(TensorType{t, b.dims(prod)}), scaled_in);
+  return b.binary("add", scaled_in, scaled_prod);
+}
+
+LoweringRegistrar registrar([] {
+  register_lowering("aten::mm", [](LoweringContext& ctx) {
+    return std::vector<Value>{mm(ctx, ctx.tensor(0), ctx.tensor(1), 0, 1)};
+  }, {"aten::mm.out"});
+  register_lowering("aten::bmm", [](LoweringContext& ctx) {
+    return std::vector<Value>{bmm(ctx, ctx.tensor(0), ctx.tensor(1), 0, 1)};
+  }, {"aten::bmm.out"});
+  register_lowering("aten::addmm", [](LoweringContext& ctx) {
+    Value prod = mm(ctx, ctx.tensor(1), ctx.tensor(2), 1, 2);
+    return std::vector<Value>{scale_add(ctx, ctx.tensor(0), prod, 3, 4)};
+  }, {"aten::addmm_", "aten::addmm.out"});
+  register_lowering("aten::baddbmm", [](LoweringContext& ctx) {
+    Value prod = bmm(ctx, ctx.tensor(1), ctx.tensor(2), 1, 2);
+    return std::vector<Value>{scale_add(ctx, ctx.tensor(0), prod, 3, 4)};
+  }, {"aten::baddbmm_", "aten::baddbmm.out"});
+  register_lowering("aten::dot", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0), y = ctx.tensor(1);
+    TORCH_CHECK(b.type(x).rank() == 1 && b.type(y).rank() == 1,
+                "1D tensors expected, but got ", b.type(x).rank(), "D and ", b.type(y).rank(),
+                "D tensors");
+    TORCH_CHECK(ctx.dtype(0) == ctx.dtype(1), "dot : expected both vectors to have same dtype, "
+                "but found ", ctx.dtype(0), " and ", ctx.dtype(1));
+    TORCH_CHECK(b.dims(x)[0] == b.dims(y)[0], "inconsistent tensor size, expected tensor [",
+                b.dims(x)[0], "] and src [", b.dims(y)[0],
+                "] to have the same number of elements, but got ", b.dims(x)[0], " and ",
+                b.dims(y)[0], " elements respectively");
+    return std::vector<Value>{product(b, x, y, {}, 0, 0, ctx.dtype(0))};
+  }, {"aten::dot.out"});
+  register_lowering("aten::mv", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value m = ctx.tensor(0), v = ctx.tensor(1);
+    TORCH_CHECK(b.type(m).rank() == 2 && b.type(v).rank() == 1,
+                "vector + matrix @ vector expected, got ", b.type(m).rank(), ", ", b.type(v).rank());
+    TORCH_CHECK(b.dims(m)[1] == b.dims(v)[0], "size mismatch, got input (", b.dims(m)[0],
+                "), mat (", b.dims(m)[0], "x", b.dims(m)[1], "), vec (", b.dims(v)[0], ")");
+    return std::vector<Value>{product(b, m, v, {}, 1, 0, ctx.dtype(0))};
+  }, {"aten::mv.out"});
+});
+
+}  // namespace
+}  // namespace torch_pjrt::ops
