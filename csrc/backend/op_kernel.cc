@@ -164,6 +164,10 @@ PreparedCall prepare(const std::string& op, const ops::Lowering& lowering,
     const c10::IValue& v = args[i];
     const c10::Argument& formal = schema.arguments()[i];
     LoweringArg a;
+    // Dtypes, shapes and attributes are hashed in separate streams; this tag
+    // keeps each argument's kind at its position in the key, so clamp(x,
+    // min, None) and clamp(x, None, max) never share a program.
+    call.key.attr(static_cast<uint64_t>(v.tagKind().size()) * 1000003u + i).attr(v.tagKind());
     bool static_scalar = std::find(lowering.static_scalars.begin(), lowering.static_scalars.end(),
                                    static_cast<int>(i)) != lowering.static_scalars.end();
     if (v.isTensor()) {
@@ -287,10 +291,18 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
         }
       }
       ops::LoweringContext ctx(b, lowering->op, call.args);
+      ctx.set_out_dtypes(target_dtypes);
       std::vector<hlo::Value> results = lowering->fn(ctx);
+      // Factories (arange, eye: no tensor inputs) produce their out= dtype
+      // by definition; computations must not narrow a float into an int.
+      bool factory = call.param_types.empty() ||
+                     std::all_of(call.args.begin(), call.args.end(), [](const LoweringArg& a) {
+                       return a.kind != LoweringArg::Kind::kTensor &&
+                              a.kind != LoweringArg::Kind::kTensorList;
+                     });
       for (size_t i = 0; i < target_dtypes.size() && i < results.size(); ++i) {
         c10::ScalarType from = ops::to_scalar_type(b.element_type(results[i]));
-        TORCH_CHECK(c10::canCast(from, target_dtypes[i]), "result type ", from,
+        TORCH_CHECK(factory || c10::canCast(from, target_dtypes[i]), "result type ", from,
                     " can't be cast to the desired output type ", target_dtypes[i]);
         results[i] = b.convert(results[i], ops::to_element_type(target_dtypes[i]));
       }

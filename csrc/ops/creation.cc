@@ -35,19 +35,24 @@ LoweringRegistrar registrar([] {
     Builder& b = ctx.b;
     c10::Scalar start = ctx.ivalue(0).toScalar(), end = ctx.ivalue(1).toScalar(),
                 step = ctx.ivalue(2).toScalar();
-    bool integral = start.isIntegral(false) && end.isIntegral(false) && step.isIntegral(false);
-    double s = start.toDouble(), e = end.toDouble(), d = step.toDouble();
+    // torch computes in the out dtype's accumulate type: for integer
+    // outputs the bounds and step are truncated to integers first.
+    bool integral = ctx.out_dtypes().empty()
+                        ? start.isIntegral(false) && end.isIntegral(false) && step.isIntegral(false)
+                        : c10::isIntegralType(ctx.out_dtypes()[0], /*includeBool=*/true);
+    double s = integral ? static_cast<double>(start.toLong()) : start.toDouble();
+    double e = integral ? static_cast<double>(end.toLong()) : end.toDouble();
+    double d = integral ? static_cast<double>(step.toLong()) : step.toDouble();
     TORCH_CHECK(d != 0, "step must be nonzero");
     TORCH_CHECK(std::isfinite(s) && std::isfinite(e), "unsupported range: ", s, " -> ", e);
     TORCH_CHECK((d > 0 && e >= s) || (d < 0 && e <= s),
                 "upper bound and larger bound inconsistent with step sign");
-    int64_t n = integral ? (end.toLong() - start.toLong() + step.toLong() - (d > 0 ? 1 : -1)) /
-                               step.toLong()
-                         : static_cast<int64_t>(std::ceil((e - s) / d));
+    int64_t n = static_cast<int64_t>(std::ceil((e - s) / d));
     ElementType t = integral ? ElementType::kS64 : ElementType::kF64;
     Value i = b.iota(TensorType{t, {n}}, 0);
-    Value v = b.binary("add", b.splat(ctx.scalar(0, t), {n}),
-                       b.binary("multiply", i, b.splat(ctx.scalar(2, t), {n})));
+    Value first = integral ? b.constant_int(start.toLong(), t) : b.constant(s, t);
+    Value stride = integral ? b.constant_int(step.toLong(), t) : b.constant(d, t);
+    Value v = b.binary("add", b.splat(first, {n}), b.binary("multiply", i, b.splat(stride, {n})));
     return std::vector<Value>{v};
   }, {}, {0, 1, 2});
   register_lowering("aten::linspace.out", [](LoweringContext& ctx) {

@@ -17,7 +17,8 @@ void unary_float(const std::string& name, const Fn& fn) {
       "aten::" + name,
       [fn](LoweringContext& ctx) {
         c10::ScalarType type = float_type(ctx.dtype(0));
-        return std::vector<Value>{fn(ctx.b, convert(ctx.b, ctx.tensor(0), type))};
+        Value x = convert(ctx.b, ctx.tensor(0), opmath_type(type));
+        return std::vector<Value>{convert(ctx.b, fn(ctx.b, x), type)};
       },
       {"aten::" + name + "_", "aten::" + name + ".out"});
 }
@@ -133,11 +134,9 @@ void binary(const std::string& name, const std::vector<std::string>& overloads, 
     register_lowering(full, [fn, float_math](LoweringContext& ctx) {
       c10::ScalarType type = result_type(ctx, {0, 1});
       if (float_math) type = float_type(type);
-      auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.arg(1).kind == LoweringArg::Kind::kStatic
-                                                                 ? ctx.scalar(1, et(type))
-                                                                 : ctx.tensor(1)},
-                                      type);
-      return std::vector<Value>{fn(ctx, xs[0], xs[1], type)};
+      c10::ScalarType compute = opmath_type(type);
+      auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, compute);
+      return std::vector<Value>{convert(ctx.b, fn(ctx, xs[0], xs[1], compute), type)};
     }, aliases);
   }
 }
@@ -195,31 +194,57 @@ void register_binary() {
       std::optional<std::string> mode;
       if (!ctx.is_none(2)) mode = ctx.ivalue(2).toStringRef();
       bool exact_int = mode && !c10::isFloatingType(type);
-      c10::ScalarType compute = exact_int ? type : float_type(type);
-      Value other = ctx.arg(1).kind == LoweringArg::Kind::kStatic ? ctx.scalar(1, et(compute))
-                                                                  : ctx.tensor(1);
-      auto xs = promote_and_broadcast(b, {ctx.tensor(0), other}, compute);
-      Value q = b.binary("divide", xs[0], xs[1]);  // integer divide truncates
+      c10::ScalarType out_type = exact_int ? type : float_type(type);
+      c10::ScalarType compute = opmath_type(out_type);
+      auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, compute);
+      Value x = xs[0], y = xs[1];
+      Value zero = b.zeros(TensorType{b.element_type(x), b.dims(x)});
+      Value q;
       if (mode && *mode == "floor") {
         if (exact_int) {
-          Value r = b.binary("remainder", xs[0], xs[1]);
-          Value zero = b.zeros(TensorType{b.element_type(r), b.dims(r)});
+          q = b.binary("divide", x, y);  // truncates
+          Value r = b.binary("remainder", x, y);
           Value adjust = b.binary(
               "and", b.compare(r, zero, hlo::Compare::kNe),
               b.compare(b.compare(r, zero, hlo::Compare::kLt),
-                        b.compare(xs[1], zero, hlo::Compare::kLt), hlo::Compare::kNe));
+                        b.compare(y, zero, hlo::Compare::kLt), hlo::Compare::kNe));
           Value one = b.splat(b.constant_int(1, b.element_type(q)), b.dims(q));
           q = b.select(adjust, b.binary("subtract", q, one), q);
         } else {
-          q = b.unary("floor", q);
+          // torch's floor division: from the remainder, so that q * y + r == x
+          // holds as closely as floats allow (Python's semantics).
+          Value mod = b.binary("remainder", x, y);
+          Value div = b.binary("divide", b.binary("subtract", x, mod), y);
+          Value wrong_sign = b.binary("and", b.compare(mod, zero, hlo::Compare::kNe),
+                                      b.compare(b.compare(y, zero, hlo::Compare::kLt),
+                                                b.compare(mod, zero, hlo::Compare::kLt),
+                                                hlo::Compare::kNe));
+          Value one = b.splat(b.constant(1.0, b.element_type(div)), b.dims(div));
+          div = b.select(wrong_sign, b.binary("subtract", div, one), div);
+          Value floored = b.unary("floor", div);
+          Value half = b.splat(b.constant(0.5, b.element_type(div)), b.dims(div));
+          floored = b.select(b.compare(b.binary("subtract", div, floored), half, hlo::Compare::kGt),
+                             b.binary("add", floored, one), floored);
+          // A zero quotient takes the sign of the true quotient; x / 0 is
+          // the plain division (inf or nan).
+          Value plain = b.binary("divide", x, y);
+          Value signed_zero = b.binary("multiply", zero, plain);
+          floored = b.select(b.compare(div, zero, hlo::Compare::kEq), signed_zero, floored);
+          q = b.select(b.compare(y, zero, hlo::Compare::kEq), plain, floored);
         }
-      } else if (mode && *mode == "trunc" && !exact_int) {
-        q = b.binary("multiply", b.unary("sign", q), b.unary("floor", b.unary("abs", q)));
+      } else if (mode && *mode == "trunc") {
+        q = b.binary("divide", x, y);
+        if (!exact_int) {
+          // torch rounds the quotient to the output dtype before truncating.
+          q = convert(b, convert(b, q, out_type), compute);
+          q = b.binary("multiply", b.unary("sign", q), b.unary("floor", b.unary("abs", q)));
+        }
       } else {
-        TORCH_CHECK(!mode || *mode == "trunc", "div expected rounding_mode to be one of None, "
-                    "'trunc', or 'floor' but found '", *mode, "'");
+        TORCH_CHECK(!mode, "div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+                    "but found '", *mode, "'");
+        q = b.binary("divide", x, y);
       }
-      return std::vector<Value>{q};
+      return std::vector<Value>{convert(b, q, out_type)};
     }, aliases);
   }
   binary("remainder", {"Tensor", "Scalar"},
@@ -348,6 +373,16 @@ void register_select_ops() {
     auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, type);
     return std::vector<Value>{ctx.b.binary("maximum", xs[0], xs[1])};
   }, {"aten::clamp_min_", "aten::clamp_min.out"});
+  register_lowering("aten::clamp_min.Tensor", [](LoweringContext& ctx) {
+    c10::ScalarType type = result_type(ctx, {0, 1});
+    auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, type);
+    return std::vector<Value>{ctx.b.binary("maximum", xs[0], xs[1])};
+  }, {"aten::clamp_min_.Tensor", "aten::clamp_min.Tensor_out"});
+  register_lowering("aten::clamp_max.Tensor", [](LoweringContext& ctx) {
+    c10::ScalarType type = result_type(ctx, {0, 1});
+    auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, type);
+    return std::vector<Value>{ctx.b.binary("minimum", xs[0], xs[1])};
+  }, {"aten::clamp_max_.Tensor", "aten::clamp_max.Tensor_out"});
   register_lowering("aten::clamp_max", [](LoweringContext& ctx) {
     c10::ScalarType type = result_type(ctx, {0, 1});
     auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, type);
@@ -359,10 +394,9 @@ void register_select_ops() {
     Value x = ctx.tensor(0);
     TORCH_CHECK(ctx.dtype(1) == at::kBool, "masked_fill_ only supports boolean masks, but got mask "
                 "with dtype ", ctx.dtype(1));
+    // In place, the kernel refuses a result larger than self, as torch does.
     auto shape = broadcast_shape(b.dims(x), b.dims(ctx.tensor(1)));
-    TORCH_CHECK(shape == b.dims(x), "masked_fill: the mask of shape ",
-                c10::IntArrayRef(b.dims(ctx.tensor(1))), " cannot be broadcast to the input of shape ",
-                c10::IntArrayRef(b.dims(x)));
+    x = broadcast_to(b, x, shape);
     Value mask = broadcast_to(b, ctx.tensor(1), shape);
     Value fill = b.splat(ctx.scalar(2, b.element_type(x)), shape);
     return std::vector<Value>{b.select(mask, fill, x)};

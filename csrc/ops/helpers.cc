@@ -41,6 +41,10 @@ c10::ScalarType float_type(c10::ScalarType type) {
   return c10::typeMetaToScalarType(c10::get_default_dtype());
 }
 
+c10::ScalarType opmath_type(c10::ScalarType type) {
+  return (type == at::kHalf || type == at::kBFloat16) ? at::kFloat : type;
+}
+
 std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   size_t n = std::max(a.size(), b.size());
   std::vector<int64_t> out(n);

@@ -22,6 +22,10 @@ c10::ScalarType result_type(const LoweringContext& ctx, std::initializer_list<si
 // default float dtype.
 c10::ScalarType float_type(c10::ScalarType type);
 
+// The type arithmetic on `type` is carried out in, as torch's CPU kernels
+// do: float32 for bfloat16 and float16, `type` otherwise.
+c10::ScalarType opmath_type(c10::ScalarType type);
+
 // Broadcast shape of two shapes, with torch's error for a mismatch.
 std::vector<int64_t> broadcast_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
 Value broadcast_to(Builder& b, Value v, const std::vector<int64_t>& dims);

@@ -65,10 +65,15 @@ class LoweringContext {
   std::optional<std::vector<int64_t>> optional_int_list(size_t i) const;
   std::optional<c10::ScalarType> optional_dtype(size_t i) const;
   const c10::IValue& ivalue(size_t i) const;
+  // The dtypes of the tensors an in-place or out= call writes (empty for a
+  // functional call). Factories like arange follow them, as torch does.
+  const std::vector<c10::ScalarType>& out_dtypes() const { return out_dtypes_; }
+  void set_out_dtypes(std::vector<c10::ScalarType> dtypes) { out_dtypes_ = std::move(dtypes); }
 
  private:
   std::string op_;
   std::vector<LoweringArg> args_;
+  std::vector<c10::ScalarType> out_dtypes_;
 };
 
 using LoweringFn = std::function<std::vector<Value>(LoweringContext&)>;

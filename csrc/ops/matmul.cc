@@ -13,25 +13,25 @@ void check_same_dtype(const LoweringContext& ctx, size_t a, size_t b, const char
   (void)op;
 }
 
-// Matmul accumulates in f32 for bf16/f16 inputs and rounds once at the end.
+// Matmul accumulates in f32 for bf16/f16 inputs; `round` converts back
+// (addmm rounds only after adding the bias).
 Value product(Builder& b, Value x, Value y, const std::vector<int64_t>& batch,
-              int64_t contract_x, int64_t contract_y, c10::ScalarType type) {
-  c10::ScalarType acc = (type == at::kHalf || type == at::kBFloat16) ? at::kFloat : type;
-  Value r = b.dot_general(x, y, batch, batch, {contract_x}, {contract_y}, et(acc));
-  return convert(b, r, type);
+              int64_t contract_x, int64_t contract_y, c10::ScalarType type, bool round = true) {
+  Value r = b.dot_general(x, y, batch, batch, {contract_x}, {contract_y}, et(opmath_type(type)));
+  return round ? convert(b, r, type) : r;
 }
 
-Value mm(LoweringContext& ctx, Value x, Value y, size_t xi, size_t yi) {
+Value mm(LoweringContext& ctx, Value x, Value y, size_t xi, size_t yi, bool round = true) {
   Builder& b = ctx.b;
   TORCH_CHECK(b.type(x).rank() == 2, "self must be a matrix");
   TORCH_CHECK(b.type(y).rank() == 2, "mat2 must be a matrix");
   check_same_dtype(ctx, xi, yi, "mm");
   TORCH_CHECK(b.dims(x)[1] == b.dims(y)[0], "mat1 and mat2 shapes cannot be multiplied (",
               b.dims(x)[0], "x", b.dims(x)[1], " and ", b.dims(y)[0], "x", b.dims(y)[1], ")");
-  return product(b, x, y, {}, 1, 0, ctx.dtype(xi));
+  return product(b, x, y, {}, 1, 0, ctx.dtype(xi), round);
 }
 
-Value bmm(LoweringContext& ctx, Value x, Value y, size_t xi, size_t yi) {
+Value bmm(LoweringContext& ctx, Value x, Value y, size_t xi, size_t yi, bool round = true) {
   Builder& b = ctx.b;
   TORCH_CHECK(b.type(x).rank() == 3, "batch1 must be a 3D tensor");
   TORCH_CHECK(b.type(y).rank() == 3, "batch2 must be a 3D tensor");
@@ -42,7 +42,7 @@ Value bmm(LoweringContext& ctx, Value x, Value y, size_t xi, size_t yi) {
               " and ", dy[0]);
   TORCH_CHECK(dx[2] == dy[1], "Expected size for first two dimensions of batch2 tensor to be: [",
               dx[0], ", ", dx[2], "] but got: [", dy[0], ", ", dy[1], "].");
-  return product(b, x, y, {0}, 2, 1, ctx.dtype(xi));
+  return product(b, x, y, {0}, 2, 1, ctx.dtype(xi), round);
 }
 
 // beta * input + alpha * product, with beta == 0 ignoring NaNs in input.
@@ -66,12 +66,12 @@ LoweringRegistrar registrar([] {
     return std::vector<Value>{bmm(ctx, ctx.tensor(0), ctx.tensor(1), 0, 1)};
   }, {"aten::bmm.out"});
   register_lowering("aten::addmm", [](LoweringContext& ctx) {
-    Value prod = mm(ctx, ctx.tensor(1), ctx.tensor(2), 1, 2);
-    return std::vector<Value>{scale_add(ctx, ctx.tensor(0), prod, 3, 4)};
+    Value prod = mm(ctx, ctx.tensor(1), ctx.tensor(2), 1, 2, /*round=*/false);
+    return std::vector<Value>{convert(ctx.b, scale_add(ctx, ctx.tensor(0), prod, 3, 4), ctx.dtype(1))};
   }, {"aten::addmm_", "aten::addmm.out"});
   register_lowering("aten::baddbmm", [](LoweringContext& ctx) {
-    Value prod = bmm(ctx, ctx.tensor(1), ctx.tensor(2), 1, 2);
-    return std::vector<Value>{scale_add(ctx, ctx.tensor(0), prod, 3, 4)};
+    Value prod = bmm(ctx, ctx.tensor(1), ctx.tensor(2), 1, 2, /*round=*/false);
+    return std::vector<Value>{convert(ctx.b, scale_add(ctx, ctx.tensor(0), prod, 3, 4), ctx.dtype(1))};
   }, {"aten::baddbmm_", "aten::baddbmm.out"});
   register_lowering("aten::dot", [](LoweringContext& ctx) {
     Builder& b = ctx.b;

@@ -231,7 +231,7 @@ void register_var_std() {
       Value v = b.binary("divide", sq, b.splat(b.constant(denom, et(acc)), b.dims(sq)));
       if (is_std) v = b.unary("sqrt", v);
       return std::vector<Value>{finish(b, convert(b, v, type), in, dims, ctx.bool_arg(3))};
-    }, {"aten::" + name + ".correction_out"});
+    }, {"aten::" + name + ".correction_out"}, /*static_scalars=*/{2});
   }
 }
 
@@ -291,7 +291,7 @@ void register_logical_and_norms() {
       r = b.binary("power", s, b.splat(b.constant(1.0 / ord, et(acc)), b.dims(s)));
     }
     return std::vector<Value>{finish(b, convert(b, r, type), in, dims, ctx.bool_arg(3))};
-  }, {"aten::linalg_vector_norm.out"});
+  }, {"aten::linalg_vector_norm.out"}, /*static_scalars=*/{1});
 
   register_lowering("aten::logsumexp", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
