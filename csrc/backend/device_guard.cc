@@ -26,7 +26,7 @@ struct DeviceGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 d);
     if (d.index() < 0) return;  // "tpu" without an index keeps the current one
     c10::DeviceIndex count = deviceCount();
-    TORCH_CHECK_INDEX(d.index() < count, "torch_pjrt: device index ", static_cast<int>(d.index()),
+    TORCH_CHECK(d.index() < count, "torch_pjrt: device index ", static_cast<int>(d.index()),
                       " is out of range; ", static_cast<int>(count), " device(s) are available");
     current_device = d.index();
   }

@@ -75,11 +75,23 @@ void add_view_to_key(ProgramKey& key, const at::Tensor& t, ElementType storage_t
   key.attr(is_contiguous(t.sizes(), t.strides()));
 }
 
-void check_same_width(const at::Tensor& t, ElementType storage_type) {
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      pjrt::byte_width(storage_type) == t.element_size(),
-      "torch_pjrt: reading a ", t.scalar_type(), " view of a storage written as ",
-      pjrt::mlir_name(storage_type), " (different element widths) is not supported");
+// The storage's flat contents (`n` elements of `have`) as elements of
+// `want`: the same bytes, reinterpreted, as torch views a storage.
+Value reinterpret_flat(Builder& b, Value flat, int64_t n, ElementType have, ElementType want) {
+  size_t hw = pjrt::byte_width(have), ww = pjrt::byte_width(want);
+  if (hw == ww) return b.bitcast_convert(flat, want);
+  if (hw > ww) {
+    int64_t ratio = static_cast<int64_t>(hw / ww);
+    return b.reshape(b.bitcast_convert(flat, want), {n * ratio});
+  }
+  int64_t ratio = static_cast<int64_t>(ww / hw);
+  return b.bitcast_convert(b.reshape(flat, {n / ratio, ratio}), want);
+}
+
+// Elements of `want` the storage's buffer holds.
+int64_t elements_as(int64_t n, ElementType have, ElementType want) {
+  return n * static_cast<int64_t>(pjrt::byte_width(have)) /
+         static_cast<int64_t>(pjrt::byte_width(want));
 }
 
 }  // namespace
@@ -117,7 +129,7 @@ BufferPtr read_tensor(const at::Tensor& t) {
       is_contiguous(t.sizes(), t.strides())) {
     return base;
   }
-  check_same_width(t, have);
+  int64_t n_want = elements_as(n, have, want);
   TORCH_CHECK(t.numel() == 0 ||
                   t.storage_offset() + 1 +
                           [&] {
@@ -127,9 +139,10 @@ BufferPtr read_tensor(const at::Tensor& t) {
                             }
                             return extent;
                           }() <=
-                      n,
+                      n_want,
               "torch_pjrt: view of size ", t.sizes(), " and strides ", t.strides(),
-              " at offset ", t.storage_offset(), " reaches past its storage of ", n, " elements");
+              " at offset ", t.storage_offset(), " reaches past its storage of ", n_want,
+              " elements");
 
   ProgramKey key("torch_pjrt::view_read");
   add_view_to_key(key, t, have, n);
@@ -138,10 +151,10 @@ BufferPtr read_tensor(const at::Tensor& t) {
   const Program& program = program_for(key, [&](Builder& b) {
     Value src = b.parameter(TensorType{have, base_dims});
     Value offset = b.parameter(TensorType{ElementType::kS64, {}});
-    Value flat = b.reshape(src, {n});
+    Value flat = reinterpret_flat(b, b.reshape(src, {n}), n, have, want);
     Value out;
     if (t.numel() == 0) {
-      out = b.zeros(TensorType{have, sizes});
+      out = b.zeros(TensorType{want, sizes});
     } else if (contiguous) {
       out = b.reshape(b.dynamic_slice(flat, {offset}, {t.numel()}), sizes);
     } else {
@@ -149,7 +162,7 @@ BufferPtr read_tensor(const at::Tensor& t) {
       hlo::Builder::GatherDims g{{}, {0}, {0}, static_cast<int64_t>(sizes.size())};
       out = b.gather(flat, idx, g, {1}, sizes);
     }
-    b.set_outputs({b.bitcast_convert(out, want)});
+    b.set_outputs({out});
   });
   BufferPtr offset = scalar_buffer_int(slot.device, ElementType::kS64, t.storage_offset());
   return run_program(program, {base, offset}, slot.device)[0];
@@ -169,7 +182,6 @@ void write_tensor(const at::Tensor& t, BufferPtr value) {
   }
   if (t.numel() == 0) return;
   BufferPtr base = storage_buffer(slot, type);
-  check_same_width(t, base->element_type());
   ElementType have = base->element_type();
   std::vector<int64_t> base_dims = base->dims();
   std::vector<int64_t> value_dims = value->dims();
@@ -183,8 +195,10 @@ void write_tensor(const at::Tensor& t, BufferPtr value) {
     Value update = b.parameter(TensorType{type, value_dims});
     Value offset = b.parameter(TensorType{ElementType::kS64, {}});
     int64_t total = TensorType{have, base_dims}.numel();
-    Value flat = b.reshape(src, {total});
-    Value values = b.bitcast_convert(update, have);
+    int64_t total_as_type = elements_as(total, have, type);
+    // Updated in the written tensor's dtype, then reinterpreted back.
+    Value flat = reinterpret_flat(b, b.reshape(src, {total}), total, have, type);
+    Value values = update;
     Value result;
     if (contiguous) {
       result = b.dynamic_update_slice(flat, b.reshape(values, {t.numel()}), {offset});
@@ -197,6 +211,7 @@ void write_tensor(const at::Tensor& t, BufferPtr value) {
                            return std::vector<Value>{a[1]};
                          });
     }
+    result = reinterpret_flat(b, result, total_as_type, type, have);
     b.set_outputs({b.reshape(result, base_dims)});
   });
   BufferPtr offset = scalar_buffer_int(slot.device, ElementType::kS64, t.storage_offset());

@@ -386,11 +386,21 @@ Value Builder::convert(Value x, ElementType to) {
 
 Value Builder::bitcast_convert(Value x, ElementType to) {
   const TensorType& in = type(x);
-  if (pjrt::byte_width(to) != pjrt::byte_width(in.type)) {
-    fail("bitcast_convert", "element widths differ");
-  }
   if (in.type == to) return x;
-  return add_node("bitcast_convert", {x}, "", {TensorType{to, in.dims}});
+  size_t from_width = pjrt::byte_width(in.type), to_width = pjrt::byte_width(to);
+  std::vector<int64_t> dims = in.dims;
+  if (to_width < from_width) {
+    // Each element becomes `ratio` narrower ones along a new last dim.
+    dims.push_back(static_cast<int64_t>(from_width / to_width));
+  } else if (to_width > from_width) {
+    int64_t ratio = static_cast<int64_t>(to_width / from_width);
+    if (dims.empty() || dims.back() != ratio) {
+      fail("bitcast_convert", "widening " + describe(in) + " to " + std::string(pjrt::mlir_name(to)) +
+                                  " needs a last dimension of " + std::to_string(ratio));
+    }
+    dims.pop_back();
+  }
+  return add_node("bitcast_convert", {x}, "", {TensorType{to, dims}});
 }
 
 // --- structured ----------------------------------------------------------------

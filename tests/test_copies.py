@@ -1,0 +1,127 @@
+"""Copies between host and device, between devices, with dtype changes and
+through views; .item(), printing, torch.save/torch.load."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+import torch_pjrt
+
+NAME = torch_pjrt.settings().device_name
+
+DTYPES = [
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+    torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_round_trip_every_dtype(dtype):
+    host = (torch.arange(-5, 7, dtype=torch.float64).reshape(3, 4) * 1.5).to(dtype)
+    dev = host.to(NAME)
+    assert dev.dtype == dtype and dev.shape == host.shape
+    assert torch.equal(dev.cpu(), host)
+
+
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_non_blocking_copies_are_correct_after_synchronize(non_blocking):
+    host = torch.randn(256, 256)
+    dev = host.to(NAME, non_blocking=non_blocking)
+    back = dev.to("cpu", non_blocking=non_blocking)
+    getattr(torch, NAME).synchronize()
+    assert torch.equal(back, host)
+
+
+def test_blocking_copy_takes_the_data_at_call_time():
+    host = torch.ones(1000)
+    dev = host.to(NAME)
+    host.fill_(5)  # changing the source afterwards must not reach the device
+    assert dev.cpu().eq(1).all()
+
+
+@pytest.mark.parametrize("src, dst", [(torch.float32, torch.int64), (torch.int32, torch.bfloat16),
+                                      (torch.float64, torch.float16), (torch.int64, torch.bool)])
+def test_dtype_change_during_copy(src, dst):
+    host = torch.tensor([[-2.7, 0.0, 3.2], [1.0, 255.5, -0.4]]).to(src)
+    on_device = host.to(NAME)
+    assert torch.equal(on_device.to(dst).cpu(), host.to(dst))  # on the device
+    assert torch.equal(host.to(NAME, dst).cpu(), host.to(dst))  # during upload
+    out = torch.empty(2, 3, dtype=dst)
+    out.copy_(on_device)  # during download
+    assert torch.equal(out, host.to(dst))
+
+
+def test_copies_into_and_out_of_views():
+    base = torch.zeros(4, 6, device=NAME)
+    base[:, ::2] = torch.arange(12.0).reshape(4, 3)  # host -> strided device view
+    base.t()[1:3] = torch.ones(2, 4, device=NAME)  # device -> transposed view
+    expected = torch.zeros(4, 6)
+    expected[:, ::2] = torch.arange(12.0).reshape(4, 3)
+    expected.t()[1:3] = 1
+    assert torch.equal(base.cpu(), expected)
+    host_view = torch.zeros(6, 4).t()
+    host_view.copy_(base)  # device -> non-contiguous host tensor
+    assert torch.equal(host_view, expected)
+    row = torch.empty(6)
+    row.copy_(base[2])  # an offset device view -> host
+    assert torch.equal(row, expected[2])
+
+
+def test_broadcasting_copy():
+    dst = torch.zeros(3, 4, device=NAME)
+    dst.copy_(torch.arange(4.0, device=NAME))
+    assert torch.equal(dst.cpu(), torch.arange(4.0).expand(3, 4))
+    with pytest.raises(RuntimeError):
+        dst.copy_(torch.ones(5, device=NAME))
+
+
+def test_two_devices(python_in_subprocess):
+    result = python_in_subprocess(
+        f"""
+        import torch, torch_pjrt
+        a = torch.arange(6.0).reshape(2, 3).to("{NAME}:0")
+        b = a.to("{NAME}:1")
+        assert b.device == torch.device("{NAME}", 1), b.device
+        c = (b * 2).to("{NAME}:0", torch.int32)
+        assert c.device.index == 0
+        print(c.cpu().tolist(), (b + 1).device)
+        try:
+            a + b
+        except RuntimeError as e:
+            print("mixed:", "same device" in str(e))
+        """,
+        {"TORCH_PJRT_CPU_DEVICES": "2"},
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == f"[[0, 2, 4], [6, 8, 10]] {NAME}:1"
+    assert lines[1] == "mixed: True"
+
+
+def test_item_and_print():
+    t = torch.tensor([[1.5, -2.0], [3.0, 4.25]], device=NAME)
+    assert t[1, 1].item() == 4.25
+    assert t.sum().item() == pytest.approx(6.75)
+    with pytest.raises(RuntimeError, match="cannot be converted to Scalar"):
+        t.item()
+    text = repr(t)
+    assert "4.2500" in text and f"device='{NAME}:0'" in text
+
+
+def test_save_and_load_with_map_location(tmp_path):
+    t = torch.randn(3, 5).to(NAME)
+    path = tmp_path / "t.pt"
+    torch.save({"t": t, "view": t[1:]}, path)
+    loaded = torch.load(path, map_location=NAME)
+    assert loaded["t"].device.type == NAME
+    assert torch.equal(loaded["t"].cpu(), t.cpu())
+    assert torch.equal(loaded["view"].cpu(), t[1:].cpu())
+    to_cpu = torch.load(path, map_location="cpu")
+    assert to_cpu["t"].device.type == "cpu" and torch.equal(to_cpu["t"], t.cpu())
+    buffer = io.BytesIO()
+    torch.save(torch.arange(4).cpu(), buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, map_location=NAME).device.type == NAME

@@ -1,0 +1,186 @@
+"""Strict and debug eager execution: compile counts and their reasons,
+runtime scalars, the CPU fallback, and errors that match CPU PyTorch."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import torch_pjrt
+
+NAME = torch_pjrt.settings().device_name
+
+
+def compiles_during(fn) -> tuple[int, dict]:
+    torch_pjrt.reset_metrics()
+    fn()
+    m = torch_pjrt.metrics()
+    # A program found on disk was built in this process too; count both.
+    return m["compilations"] + m["cache_hits_disk"], m["recompile_reasons"]
+
+
+def test_a_loop_of_the_same_ops_compiles_once():
+    x = torch.randn(16, 16).to(NAME)
+    w = torch.randn(16, 16).to(NAME)
+
+    def step():
+        return torch.tanh(x @ w + 1).sum()
+
+    step()  # warm
+    count, _ = compiles_during(lambda: [step() for _ in range(20)])
+    assert count == 0
+
+
+def test_changing_python_scalars_do_not_recompile():
+    x = torch.randn(8).to(NAME)
+    x * 0.5 + 1  # warm: a float and an int scalar
+    count, _ = compiles_during(lambda: [x * (0.1 * i) + i for i in range(1, 50)])
+    assert count == 0
+    y = x.clone()
+    count, _ = compiles_during(lambda: [y.fill_(float(i)) for i in range(10)])
+    assert count <= 1  # the first fill_ of this shape, if not seen before
+
+
+def test_a_new_shape_recompiles_and_says_why():
+    torch.randn(5, 3).to(NAME).exp()  # the op is known
+    count, reasons = compiles_during(lambda: torch.randn(7, 3).to(NAME).exp())
+    assert count >= 1
+    assert reasons.get("new shape: aten::exp", 0) == 1, reasons
+    count, reasons = compiles_during(lambda: torch.randn(7, 3).to(NAME).double().exp())
+    assert reasons.get("new dtype: aten::exp", 0) == 1, reasons
+
+
+def test_argument_positions_are_part_of_the_key():
+    x = torch.linspace(-3, 3, 7).to(NAME)
+    bound = torch.zeros(7).to(NAME)
+    low = torch.clamp(x, min=bound)
+    high = torch.clamp(x, max=bound)
+    assert torch.equal(low.cpu(), x.cpu().clamp(min=0))
+    assert torch.equal(high.cpu(), x.cpu().clamp(max=0))
+
+
+def test_debug_mode_runs_and_waits(python_in_subprocess):
+    result = python_in_subprocess(
+        f"""
+        import torch, torch_pjrt
+        assert torch_pjrt.settings().eager == "debug"
+        x = torch.arange(6.0).reshape(2, 3).to("{NAME}")
+        print(((x @ x.t()) + 1).cpu().tolist())
+        """,
+        {"TORCH_PJRT_EAGER": "debug"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[[6.0, 15.0], [15.0, 51.0]]"
+
+
+# --- CPU fallback -----------------------------------------------------------------
+# cumsum has no lowering yet; it stands for any op without one.
+
+
+def test_fallback_is_counted_and_correct_for_functional_in_place_and_out():
+    torch_pjrt.reset_metrics()
+    host = torch.arange(12.0).reshape(3, 4)
+    x = host.to(NAME)
+    assert torch.equal(torch.cumsum(x, 1).cpu(), torch.cumsum(host, 1))
+    y = x.clone()
+    y.cumsum_(0)
+    assert torch.equal(y.cpu(), host.cumsum(0))
+    out = torch.empty(0, device=NAME)
+    torch.cumsum(x, 0, out=out)
+    assert torch.equal(out.cpu(), host.cumsum(0))
+    view_base = x.clone()
+    view_base[1:].cumsum_(1)  # in place on a view: the base must see it
+    expected = host.clone()
+    expected[1:].cumsum_(1)
+    assert torch.equal(view_base.cpu(), expected)
+    # torch routes cumsum, cumsum_ and out= through its out= kernel.
+    counts = torch_pjrt.metrics()["fallback_ops"]
+    assert sum(n for op, n in counts.items() if op.startswith("aten::cumsum")) == 4, counts
+
+
+def test_fallback_warns_once_per_op(python_in_subprocess):
+    result = python_in_subprocess(
+        f"""
+        import warnings, torch, torch_pjrt
+        x = torch.ones(5).to("{NAME}")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                torch.cumsum(x, 0)
+        print(sum("aten::cumsum" in str(w.message) for w in caught))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "1"
+
+
+def test_fallback_error_mode_names_the_op(python_in_subprocess):
+    result = python_in_subprocess(
+        f"""
+        import torch, torch_pjrt
+        x = torch.ones(5).to("{NAME}")
+        try:
+            torch.cumsum(x, 0)
+        except NotImplementedError as e:
+            print("raised:", "aten::cumsum" in str(e))
+        print((x + 1).sum().item())
+        """,
+        {"TORCH_PJRT_FALLBACK": "error"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["raised:", "True", "10.0"]
+
+
+# --- errors match CPU PyTorch -----------------------------------------------------------
+
+
+def same_error(fn, match: str | None = None):
+    """fn(device) must raise the same exception type on CPU and on the device."""
+    with pytest.raises(Exception) as cpu_error:
+        fn("cpu")
+    with pytest.raises(Exception) as dev_error:
+        fn(NAME)
+    assert type(dev_error.value) is type(cpu_error.value), (
+        f"CPU raised {type(cpu_error.value).__name__}, device raised "
+        f"{type(dev_error.value).__name__}: {dev_error.value}"
+    )
+    if match:
+        assert match in str(dev_error.value), str(dev_error.value)
+
+
+def test_shape_mismatch():
+    same_error(lambda d: torch.ones(2, 3, device=d) + torch.ones(4, device=d),
+               "The size of tensor a (3) must match the size of tensor b (4)")
+
+
+def test_matmul_shape_mismatch():
+    same_error(lambda d: torch.ones(2, 3, device=d) @ torch.ones(4, 2, device=d),
+               "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x2)")
+
+
+def test_bad_dim():
+    same_error(lambda d: torch.ones(2, 3, device=d).sum(5), "Dimension out of range")
+    same_error(lambda d: torch.ones(2, 3, device=d).transpose(0, 4))
+
+
+def test_dtype_mismatch():
+    same_error(lambda d: torch.ones(2, 2, device=d) @ torch.ones(2, 2, dtype=torch.float64, device=d))
+    same_error(lambda d: torch.ones(3, device=d).masked_fill(torch.ones(3, device=d), 0.0))
+
+
+def test_item_of_many_elements():
+    same_error(lambda d: torch.ones(3, device=d).item(), "cannot be converted to Scalar")
+
+
+def test_mixing_devices_is_refused():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3, device=NAME) + torch.ones(3)
+
+
+def test_errors_name_the_op_shapes_and_dtypes():
+    x = torch.ones(2, 3, device=NAME)
+    with pytest.raises(RuntimeError) as info:
+        torch.cat([x, torch.ones(2, 4, device=NAME)], dim=0)
+    assert "Sizes of tensors must match" in str(info.value)
