@@ -10,9 +10,8 @@ STAMPS := $(VENV)/.stamps
 export CMAKE_BUILD_PARALLEL_LEVEL := 2
 
 CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
-CPP_TESTS := $(shell find tests/cpp benchmarks/cpp -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
-.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime clean
+.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager clean
 
 all: build
 
@@ -70,6 +69,9 @@ asan: | $(STAMPS)/apt $(STAMPS)/pip
 
 bench-runtime: cpp
 	$(PY) benchmarks/runtime.py --binary build/cpp/benchmarks/cpp/runtime_bench
+
+bench-eager: build
+	$(PY) benchmarks/eager_ops.py
 
 clean:
 	rm -rf build .deps $(STAMPS)

@@ -184,3 +184,28 @@ def test_errors_name_the_op_shapes_and_dtypes():
     with pytest.raises(RuntimeError) as info:
         torch.cat([x, torch.ones(2, 4, device=NAME)], dim=0)
     assert "Sizes of tensors must match" in str(info.value)
+
+
+def test_transposed_whole_tensors_are_read_inside_the_op():
+    w = torch.randn(8, 4).to(NAME)
+    x = torch.randn(2, 4).to(NAME)
+    x @ w.t()  # warm
+    torch_pjrt.reset_metrics()
+    y = x @ w.t()
+    assert torch_pjrt.metrics()["executions"] == 1  # no separate view program
+    torch.testing.assert_close(y.cpu(), x.cpu() @ w.cpu().t(), rtol=1e-5, atol=1e-5)
+
+
+def test_in_place_updates_with_donation_keep_every_alias_right():
+    x = torch.zeros(64, 64, device=NAME)
+    row = x[3]
+    same = x
+    for _ in range(3):
+        x.add_(1)  # the old buffer is only held by the storage: donated
+    kept = x.clone()
+    x.mul_(2)
+    assert same.cpu().eq(6).all() and row.cpu().eq(6).all()
+    assert kept.cpu().eq(3).all()  # the clone did not alias the donated buffer
+    z = torch.ones(3, device=NAME)
+    z.add_(z)  # self passed twice: must not be donated under itself
+    assert z.cpu().tolist() == [2.0, 2.0, 2.0]

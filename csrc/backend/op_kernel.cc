@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "backend/device_storage.h"
 #include "backend/execute.h"
 #include "backend/program_cache.h"
 #include "backend/tensor_access.h"
@@ -98,6 +99,8 @@ struct PreparedCall {
   std::vector<LoweringArg> args;
   std::vector<hlo::TensorType> param_types;   // as declared to the program
   std::vector<std::vector<int64_t>> logical;  // torch sizes of each parameter
+  // Per parameter: read as a transpose of a whole buffer (empty: reshape).
+  std::vector<std::optional<PermutedView>> permuted;
   std::vector<BufferPtr> inputs;
   int device = -1;
   explicit PreparedCall(const std::string& op) : key(op) {}
@@ -110,11 +113,26 @@ struct PreparedCall {
 }
 
 void add_tensor_param(PreparedCall& call, const at::Tensor& t) {
+  // A transposed or permuted whole tensor (Linear's weight.t()) is read
+  // inside the op's own program: no separate view program, no copy.
+  storage_buffer_for(t);
+  if (auto view = whole_buffer_permutation(t)) {
+    BufferPtr buffer = storage_slot(t.storage()).buffer;
+    hlo::TensorType type{buffer->element_type(), buffer->dims()};
+    call.key.dtype(static_cast<int64_t>(type.type)).shape(type.dims).shape(t.sizes());
+    call.key.shape(c10::IntArrayRef(view->permutation));
+    call.param_types.push_back(type);
+    call.logical.emplace_back(t.sizes().begin(), t.sizes().end());
+    call.permuted.push_back(std::move(view));
+    call.inputs.push_back(std::move(buffer));
+    return;
+  }
   BufferPtr buffer = buffer_for_read(t);
   hlo::TensorType type{buffer->element_type(), buffer->dims()};
   call.key.dtype(static_cast<int64_t>(type.type)).shape(type.dims).shape(t.sizes());
   call.param_types.push_back(type);
   call.logical.emplace_back(t.sizes().begin(), t.sizes().end());
+  call.permuted.emplace_back();
   call.inputs.push_back(std::move(buffer));
 }
 
@@ -123,6 +141,7 @@ void add_scalar_param(PreparedCall& call, ElementType type, double value, int64_
   call.key.dtype(1000 + static_cast<int64_t>(type));
   call.param_types.push_back(hlo::TensorType{type, {}});
   call.logical.emplace_back();
+  call.permuted.emplace_back();
   call.inputs.push_back(integral ? scalar_buffer_int(call.device, type, int_value)
                                  : scalar_buffer(call.device, type, value));
 }
@@ -272,11 +291,30 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
     call.key.attr("target").attr(static_cast<uint64_t>(target.scalar_type()));
   }
 
+  // An in-place op on a whole tensor gives its old buffer to the program
+  // (donation) when nothing but the storage holds it, so updating a large
+  // parameter needs no second copy of it.
+  bool donate_self = false;
+  if (shape.variant == Variant::kInPlace && !call.inputs.empty() &&
+      call.args[0].kind == LoweringArg::Kind::kTensor && !call.args[0].placeholder &&
+      !call.permuted[0]) {
+    const at::Tensor& self = args[0].toTensor();
+    donate_self = storage_slot(self.storage()).buffer == call.inputs[0] && is_whole_buffer(self);
+  }
+  call.key.attr(donate_self ? "donate_self" : "keep_self");
+
   const Program* program = nullptr;
   try {
     program = &program_for(call.key, [&](hlo::Builder& b) {
       std::vector<hlo::Value> params;
-      for (const auto& type : call.param_types) params.push_back(b.parameter(type));
+      for (size_t p = 0; p < call.param_types.size(); ++p) {
+        params.push_back(b.parameter(call.param_types[p], donate_self && p == 0));
+      }
+      for (size_t p = 0; p < params.size(); ++p) {
+        if (const auto& view = call.permuted[p]) {
+          params[p] = b.transpose(b.reshape(params[p], view->contiguous_sizes), view->permutation);
+        }
+      }
       size_t next = 0;
       for (auto& a : call.args) {
         if (a.placeholder) {
@@ -313,9 +351,15 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
                 ") produced an invalid program: ", e.what());
   }
 
+  std::vector<bool> may_donate;
+  if (donate_self) {
+    // The storage and call.inputs hold the buffer; no one else may.
+    may_donate.assign(call.inputs.size(), false);
+    may_donate[0] = call.inputs[0].use_count() == 2;
+  }
   std::vector<BufferPtr> outputs;
   try {
-    outputs = run_program(*program, call.inputs, call.device);
+    outputs = run_program(*program, call.inputs, call.device, may_donate);
   } catch (const pjrt::Error& e) {
     TORCH_CHECK(false, "torch_pjrt: ", op, " (", describe_inputs(args, shape.functional_args),
                 ") failed on the device: ", e.what());

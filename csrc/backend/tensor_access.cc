@@ -110,6 +110,35 @@ bool is_whole_buffer(const at::Tensor& t) {
   return t.numel() == slot.buffer->element_count() && is_contiguous(t.sizes(), t.strides());
 }
 
+std::optional<PermutedView> whole_buffer_permutation(const at::Tensor& t) {
+  DeviceStorage& slot = storage_slot(t.storage());
+  if (!slot.buffer || t.storage_offset() != 0 || t.dim() < 2) return std::nullopt;
+  if (slot.buffer->element_type() != to_element_type(t.scalar_type())) return std::nullopt;
+  if (t.numel() != slot.buffer->element_count()) return std::nullopt;
+  // Dims ordered by decreasing stride must form a contiguous layout.
+  std::vector<int64_t> order(t.dim());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  int64_t expected = 1;
+  for (int64_t k = t.dim() - 1; k >= 0; --k) {
+    int64_t d = order[k];
+    if (t.size(d) != 1 && t.stride(d) != expected) return std::nullopt;
+    expected *= t.size(d);
+  }
+  PermutedView view;
+  view.permutation.resize(t.dim());
+  for (int64_t k = 0; k < t.dim(); ++k) {
+    view.contiguous_sizes.push_back(t.size(order[k]));
+    view.permutation[order[k]] = k;
+  }
+  return view;
+}
+
+void storage_buffer_for(const at::Tensor& t) {
+  storage_buffer(storage_slot(t.storage()), to_element_type(t.scalar_type()));
+}
+
 BufferPtr buffer_for_read(const at::Tensor& t) {
   DeviceStorage& slot = storage_slot(t.storage());
   storage_buffer(slot, to_element_type(t.scalar_type()));

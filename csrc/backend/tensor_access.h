@@ -7,6 +7,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+#include <vector>
+
 #include "backend/device_storage.h"
 #include "backend/execute.h"
 #include "hlo/types.h"
@@ -18,6 +21,18 @@ hlo::TensorType tensor_type(const at::Tensor& t);
 // True when `t` is exactly its storage's buffer: same dtype, contiguous,
 // offset 0, all elements. Such a tensor is passed to programs as it is.
 bool is_whole_buffer(const at::Tensor& t);
+
+// When `t` is a permutation (transpose, permute) of its storage's whole
+// buffer, the layout to read it in-program without a view program:
+// reshape the buffer to `contiguous_sizes`, then transpose by `permutation`.
+struct PermutedView {
+  std::vector<int64_t> contiguous_sizes;
+  std::vector<int64_t> permutation;
+};
+std::optional<PermutedView> whole_buffer_permutation(const at::Tensor& t);
+
+// Makes sure `t`'s storage has a buffer (zeros for a never-written one).
+void storage_buffer_for(const at::Tensor& t);
 
 // The contents of `t` as a buffer whose dims are `t.sizes()` or, for a whole
 // buffer, the buffer's own dims (same elements, row-major).
