@@ -41,6 +41,12 @@ def _start_runtime() -> None:
 
 _register_device()
 _start_runtime()
+if settings().eager == "fused":
+    warnings.warn(
+        "torch_pjrt: TORCH_PJRT_EAGER=fused is not implemented yet; ops run in strict eager mode",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 __version__ = "0.1.0"
 
