@@ -31,6 +31,7 @@ def test_a_loop_of_the_same_ops_compiles_once():
     step()  # warm
     count, _ = compiles_during(lambda: [step() for _ in range(20)])
     assert count == 0
+    assert torch_pjrt.metrics()["cache_hits_memory"] >= 20 * 4  # mm, add, tanh, sum
 
 
 def test_changing_python_scalars_do_not_recompile():

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
@@ -22,6 +23,7 @@ std::mutex mutex;
 std::unordered_map<pjrt::Hash128, std::unique_ptr<Program>, pjrt::Hash128Hasher> programs;
 std::map<std::string, OpHistory> history;
 std::map<std::string, int64_t> reasons;
+std::atomic<int64_t> hits{0};
 
 std::pair<uint64_t, uint64_t> pair_of(const pjrt::Hash128& h) { return {h.high, h.low}; }
 
@@ -78,7 +80,10 @@ const Program& program_for(const ProgramKey& key,
   pjrt::Hash128 full = key.full();
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = programs.find(full); it != programs.end()) return *it->second;
+    if (auto it = programs.find(full); it != programs.end()) {
+      hits++;
+      return *it->second;
+    }
   }
   std::string name;
   for (char c : key.op()) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -116,6 +121,9 @@ std::vector<std::pair<std::string, int64_t>> recompile_reasons() {
 void reset_recompile_reasons() {
   std::lock_guard<std::mutex> lock(mutex);
   reasons.clear();
+  hits = 0;
 }
+
+int64_t program_hits() { return hits.load(); }
 
 }  // namespace torch_pjrt::backend

@@ -49,6 +49,10 @@ struct Program {
 // fresh builder named after the op, declares parameters and sets outputs.
 const Program& program_for(const ProgramKey& key, const std::function<void(hlo::Builder&)>& build);
 
+// Calls answered by an already-built program (the hot path). Reported as
+// part of metrics()["cache_hits_memory"].
+int64_t program_hits();
+
 // Reason -> count for every compile since the last reset, e.g.
 // "new shape: aten::add.Tensor".
 std::vector<std::pair<std::string, int64_t>> recompile_reasons();

@@ -118,7 +118,8 @@ py::dict counters() {
   auto& stats = runtime().cache().stats();
   auto& c = runtime().client()->counters();
   out["compilations"] = stats.compilations.load();
-  out["cache_hits_memory"] = stats.memory_hits.load();
+  // Eager hits are answered by the program cache before the compile cache.
+  out["cache_hits_memory"] = stats.memory_hits.load() + program_hits();
   out["cache_hits_disk"] = stats.disk_hits.load();
   out["cache_disk_rejects"] = stats.disk_rejects.load();
   out["compile_seconds"] = stats.compile_microseconds.load() / 1e6;
