@@ -106,7 +106,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(dst.device().is_cpu(), "torch_pjrt: cannot copy from tpu to ", dst.device(),
               " directly; copy to the CPU first");
   // Device -> host is always completed before returning: the host may read
-  // dst right away, non_blocking or not.
+  // dst right away, non_blocking or not. Pending device-side checks come first.
+  raise_failed_checks();
+  note_host_sync();
   BufferPtr value = read_tensor(self);
   at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
   value->to_host(host.data_ptr(), host.nbytes());
@@ -122,6 +124,8 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
+  raise_failed_checks();
+  note_host_sync();
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
   BufferPtr value = read_tensor(self);
   value->to_host(host.data_ptr(), host.nbytes());

@@ -4,6 +4,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -110,7 +111,46 @@ BufferPtr scalar_buffer_int(int device, pjrt::ElementType type, int64_t value) {
   return upload_scalar(device, type, &bits, bits);
 }
 
+namespace {
+std::atomic<int64_t> syncs{0};
+}  // namespace
+
+void note_host_sync() { syncs++; }
+int64_t host_syncs() { return syncs.load(); }
+void reset_host_syncs() { syncs = 0; }
+
+namespace {
+std::mutex checks_mutex;
+std::vector<std::pair<BufferPtr, std::string>> pending_checks;
+}  // namespace
+
+void defer_check(BufferPtr ok, std::string message) {
+  if (settings().eager == EagerMode::kDebug) {
+    bool value = false;
+    ok->to_host(&value, 1);
+    TORCH_CHECK_INDEX(value, message);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(checks_mutex);
+  pending_checks.emplace_back(std::move(ok), std::move(message));
+}
+
+void raise_failed_checks() {
+  std::vector<std::pair<BufferPtr, std::string>> checks;
+  {
+    std::lock_guard<std::mutex> lock(checks_mutex);
+    if (pending_checks.empty()) return;
+    checks.swap(pending_checks);
+  }
+  for (auto& [buffer, message] : checks) {
+    bool value = false;
+    buffer->to_host(&value, 1);
+    TORCH_CHECK_INDEX(value, message, " (reported when the host next waited for the device)");
+  }
+}
+
 void synchronize(int device) {
+  raise_failed_checks();
   std::vector<pjrt::Event> events;
   {
     std::lock_guard<std::mutex> lock(pending_mutex);

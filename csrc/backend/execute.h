@@ -27,4 +27,16 @@ BufferPtr scalar_buffer_int(int device, pjrt::ElementType type, int64_t value);
 // Waits for every program and copy launched so far on `device` (-1: all).
 void synchronize(int device);
 
+// Counts a point where the host waited for device data (.item(), a copy to
+// the host, a mask turned into indices). metrics()["host_syncs"].
+void note_host_sync();
+int64_t host_syncs();
+void reset_host_syncs();
+
+// A data-dependent condition a program computed (an i1 scalar); checked when
+// the host next waits for the device. Raises IndexError with `message`.
+void defer_check(BufferPtr ok, std::string message);
+// Reads every deferred condition; raises the first that failed.
+void raise_failed_checks();
+
 }  // namespace torch_pjrt::backend

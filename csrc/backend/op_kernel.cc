@@ -4,7 +4,9 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 #include "backend/device_storage.h"
 #include "backend/execute.h"
@@ -50,6 +52,25 @@ CallShape call_shape(const c10::FunctionSchema& schema) {
 std::string op_name(const c10::FunctionSchema& schema) {
   return schema.overload_name().empty() ? schema.name()
                                         : schema.name() + "." + schema.overload_name();
+}
+
+bool is_optional_tensor_list(const c10::TypePtr& type) {
+  auto list = type->castRaw<c10::ListType>();
+  if (list == nullptr) return false;
+  auto opt = list->getElementType()->castRaw<c10::OptionalType>();
+  return opt != nullptr && opt->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
+// A bool (or uint8) mask in an index list becomes one long index tensor per
+// mask dimension, computed on the host: its length depends on the data.
+std::vector<at::Tensor> expand_mask(const at::Tensor& mask) {
+  note_host_sync();
+  at::Tensor positions = at::nonzero(mask.to(at::kCPU).to(at::kBool));  // [n, k]
+  std::vector<at::Tensor> out;
+  for (int64_t k = 0; k < mask.dim(); ++k) {
+    out.push_back(positions.select(1, k).contiguous().to(mask.device()));
+  }
+  return out;
 }
 
 bool is_scalar_schema(const c10::TypePtr& type) {
@@ -225,6 +246,29 @@ PreparedCall prepare(const std::string& op, const ops::Lowering& lowering,
         a.dtypes.push_back(t.scalar_type());
         add_tensor_param(call, t);
       }
+    } else if (v.isList() && is_optional_tensor_list(formal.type())) {
+      a.kind = LoweringArg::Kind::kTensorList;
+      std::vector<c10::optional<at::Tensor>> entries;
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isNone() || !e.toTensor().defined()) {
+          entries.emplace_back();
+        } else if (e.toTensor().scalar_type() == at::kBool || e.toTensor().scalar_type() == at::kByte) {
+          for (at::Tensor& index : expand_mask(e.toTensor())) entries.emplace_back(index);
+        } else {
+          entries.emplace_back(e.toTensor());
+        }
+      }
+      call.key.attr("optional_list").attr(static_cast<uint64_t>(entries.size()));
+      for (const auto& e : entries) {
+        a.present.push_back(e.has_value());
+        a.dtypes.push_back(e ? e->scalar_type() : at::kLong);
+        if (!e) {
+          call.key.attr("none");
+          continue;
+        }
+        check_device(op, *e, call.device);
+        add_tensor_param(call, *e);
+      }
     } else if (v.isNone()) {
       call.key.attr("none");
     } else if (is_scalar_schema(formal.type()) && !static_scalar && (v.isScalar())) {
@@ -268,6 +312,29 @@ std::string describe_inputs(const std::vector<c10::IValue>& args, size_t count) 
   return out.str();
 }
 
+// Which outputs of a program are data checks, remembered from its build
+// (a cache hit does not run the lowering again).
+struct ProgramChecks {
+  size_t first = 0;
+  std::vector<std::string> messages;
+};
+
+const ProgramChecks& checks_of(const Program& program, size_t num_results,
+                               const std::vector<std::string>& fresh_messages) {
+  static std::mutex mutex;
+  static auto* known = new std::unordered_map<const Program*, ProgramChecks>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known->find(&program);
+  if (it == known->end()) {
+    // First sight of this program in this process: the build just ran (or
+    // the program came from another op's identical key, never with checks
+    // unless the lowering produced them).
+    size_t first = fresh_messages.empty() ? program.outputs.size() : num_results;
+    it = known->emplace(&program, ProgramChecks{first, fresh_messages}).first;
+  }
+  return it->second;
+}
+
 }  // namespace
 
 void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
@@ -304,6 +371,8 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
   call.key.attr(donate_self ? "donate_self" : "keep_self");
 
   const Program* program = nullptr;
+  size_t num_results = 0;
+  std::vector<std::string> check_messages;
   try {
     program = &program_for(call.key, [&](hlo::Builder& b) {
       std::vector<hlo::Value> params;
@@ -323,14 +392,21 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
           a.tensor = b.reshape(params[next], call.logical[next]);
           ++next;
         } else if (a.kind == LoweringArg::Kind::kTensorList) {
-          for (size_t k = 0; k < a.dtypes.size(); ++k, ++next) {
+          for (size_t k = 0; k < a.dtypes.size(); ++k) {
+            if (!a.present.empty() && !a.present[k]) {
+              a.tensors.emplace_back();  // None
+              continue;
+            }
             a.tensors.push_back(b.reshape(params[next], call.logical[next]));
+            ++next;
           }
         }
       }
       ops::LoweringContext ctx(b, lowering->op, call.args);
       ctx.set_out_dtypes(target_dtypes);
       std::vector<hlo::Value> results = lowering->fn(ctx);
+      num_results = results.size();
+      check_messages = ctx.check_messages();
       // Factories (arange, eye: no tensor inputs) produce their out= dtype
       // by definition; computations must not narrow a float into an int.
       bool factory = call.param_types.empty() ||
@@ -344,7 +420,10 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
                     " can't be cast to the desired output type ", target_dtypes[i]);
         results[i] = b.convert(results[i], ops::to_element_type(target_dtypes[i]));
       }
-      b.set_outputs(results);
+      // Data checks ride along as extra i1 outputs after the results.
+      std::vector<hlo::Value> outputs = results;
+      for (hlo::Value ok : ctx.checks()) outputs.push_back(ok);
+      b.set_outputs(outputs);
     });
   } catch (const hlo::BuildError& e) {
     TORCH_CHECK(false, "torch_pjrt: lowering ", op, " (", describe_inputs(args, shape.functional_args),
@@ -364,6 +443,12 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
     TORCH_CHECK(false, "torch_pjrt: ", op, " (", describe_inputs(args, shape.functional_args),
                 ") failed on the device: ", e.what());
   }
+
+  const auto& checks = checks_of(*program, num_results, check_messages);
+  for (size_t c = 0; c < checks.messages.size(); ++c) {
+    defer_check(outputs[checks.first + c], "torch_pjrt: " + op + ": " + checks.messages[c]);
+  }
+  outputs.resize(checks.first);
 
   if (shape.variant == Variant::kFunctional) {
     for (size_t i = 0; i < outputs.size(); ++i) {

@@ -130,6 +130,7 @@ py::dict counters() {
   for (const auto& [name, count] : fallback_counts()) fallbacks[py::str(name)] = count;
   for (const auto& [why, count] : recompile_reasons()) reasons[py::str(why)] = count;
   out["fallback_ops"] = fallbacks;
+  out["host_syncs"] = host_syncs();
   out["recompile_reasons"] = reasons;
   return out;
 }
@@ -137,6 +138,7 @@ py::dict counters() {
 void reset_counters() {
   reset_fallback_counts();
   reset_recompile_reasons();
+  reset_host_syncs();
   if (!runtime_initialized()) return;
   runtime().cache().stats().reset();
   runtime().client()->counters().reset();

@@ -407,7 +407,45 @@ void register_select_ops() {
                     {"aten::masked_fill_.Tensor", "aten::masked_fill.Tensor_out"});
 }
 
+// self + value * t1 (*|/) t2 and lerp, the optimizers' update ops.
+void register_ternary() {
+  for (auto [name, hlo_op] : {std::pair{"addcmul", "multiply"}, std::pair{"addcdiv", "divide"}}) {
+    std::string n = name, o = hlo_op;
+    register_lowering("aten::" + n, [o, n](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      c10::ScalarType type = result_type(ctx, {0, 1, 2});
+      TORCH_CHECK(n != "addcdiv" || c10::isFloatingType(type) || c10::isComplexType(type),
+                  "Integer division with addcdiv is no longer supported, and in a future release "
+                  "addcdiv will perform a true division of tensor1 and tensor2.");
+      c10::ScalarType compute = opmath_type(type);
+      auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1), ctx.tensor(2)}, compute);
+      Value value = b.splat(ctx.scalar(3, et(compute)), b.dims(xs[0]));
+      Value r = b.binary("add", xs[0], b.binary("multiply", value, b.binary(o, xs[1], xs[2])));
+      return std::vector<Value>{convert(b, r, type)};
+    }, {"aten::" + n + "_", "aten::" + n + ".out"});
+  }
+  // torch's two-sided formula keeps lerp exact at weight 0 and 1.
+  auto lerp = [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = result_type(ctx, {0, 1});
+    c10::ScalarType compute = opmath_type(type);
+    auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1), ctx.tensor(2)}, compute);
+    Value start = xs[0], end = xs[1], w = xs[2];
+    auto dims = b.dims(start);
+    Value diff = b.binary("subtract", end, start);
+    Value half = b.splat(b.constant(0.5, et(compute)), dims);
+    Value one = b.splat(b.constant(1.0, et(compute)), dims);
+    Value low = b.binary("add", start, b.binary("multiply", w, diff));
+    Value high = b.binary("subtract", end, b.binary("multiply", diff, b.binary("subtract", one, w)));
+    Value small = b.compare(b.unary("abs", w), half, hlo::Compare::kLt);
+    return std::vector<Value>{convert(b, b.select(small, low, high), type)};
+  };
+  register_lowering("aten::lerp.Scalar", lerp, {"aten::lerp_.Scalar", "aten::lerp.Scalar_out"});
+  register_lowering("aten::lerp.Tensor", lerp, {"aten::lerp_.Tensor", "aten::lerp.Tensor_out"});
+}
+
 LoweringRegistrar registrar([] {
+  register_ternary();
   register_unary();
   register_binary();
   register_pow();

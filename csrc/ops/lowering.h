@@ -31,9 +31,10 @@ struct LoweringArg {
   enum class Kind { kTensor, kTensorList, kScalar, kStatic, kNone };
   Kind kind = Kind::kNone;
   Value tensor;                    // kTensor, kScalar
-  std::vector<Value> tensors;      // kTensorList
+  std::vector<Value> tensors;      // kTensorList; invalid Values for None entries
   c10::ScalarType dtype{};         // kTensor, kScalar: the torch dtype
   std::vector<c10::ScalarType> dtypes;  // kTensorList
+  std::vector<bool> present;       // kTensorList of optional tensors: false for None
   bool wrapped_number = false;     // kScalar and 0-d CPU tensors: a Python number
   c10::IValue value;               // kStatic
   // kTensor passed without data (Lowering::shape_only); `tensor` is zeros.
@@ -68,12 +69,24 @@ class LoweringContext {
   // The dtypes of the tensors an in-place or out= call writes (empty for a
   // functional call). Factories like arange follow them, as torch does.
   const std::vector<c10::ScalarType>& out_dtypes() const { return out_dtypes_; }
+  // Registers a condition only the data can decide (indices in range):
+  // `ok` is an i1 scalar; when it is false, `message` is raised as an
+  // IndexError at the next point where the host waits for the device (or at
+  // once in debug mode), the way CUDA reports device-side asserts.
+  void require(Value ok, std::string message) {
+    checks_.push_back(ok);
+    check_messages_.push_back(std::move(message));
+  }
+  const std::vector<Value>& checks() const { return checks_; }
+  const std::vector<std::string>& check_messages() const { return check_messages_; }
   void set_out_dtypes(std::vector<c10::ScalarType> dtypes) { out_dtypes_ = std::move(dtypes); }
 
  private:
   std::string op_;
   std::vector<LoweringArg> args_;
   std::vector<c10::ScalarType> out_dtypes_;
+  std::vector<Value> checks_;
+  std::vector<std::string> check_messages_;
 };
 
 using LoweringFn = std::function<std::vector<Value>(LoweringContext&)>;

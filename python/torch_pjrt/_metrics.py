@@ -18,6 +18,7 @@ def metrics() -> dict[str, Any]:
         "host_to_device_bytes": counters.get("host_to_device_bytes", 0),
         "device_to_host_bytes": counters.get("device_to_host_bytes", 0),
         "recompile_reasons": dict(counters.get("recompile_reasons", {})),
+        "host_syncs": counters.get("host_syncs", 0),
         "compile_seconds": counters.get("compile_seconds", 0.0),
         "cache_disk_rejects": counters.get("cache_disk_rejects", 0),
     }

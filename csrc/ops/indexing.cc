@@ -1,0 +1,361 @@
+// Indexing: index_select, gather, scatter (+add, +reduce), index_add,
+// advanced indexing (index.Tensor, index_put) and embedding's backward.
+// Indices are checked on the device; a bad one raises IndexError when the
+// host next waits (LoweringContext::require), never reads or writes outside.
+#include <c10/util/Exception.h>
+
+#include "ops/helpers.h"
+
+namespace torch_pjrt::ops {
+namespace {
+
+Value s64(Builder& b, Value v) { return b.convert(v, ElementType::kS64); }
+
+Value all_true(Builder& b, Value pred) {
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < b.type(pred).rank(); ++i) dims.push_back(i);
+  return reduce(b, pred, dims, ReduceKind::kAnd);
+}
+
+// Indices in [-size, size) (negative ones allowed) or [0, size).
+Value in_range(Builder& b, Value idx, int64_t size, bool allow_negative) {
+  auto dims = b.dims(idx);
+  Value lo = b.splat(b.constant_int(allow_negative ? -size : 0, ElementType::kS64), dims);
+  Value hi = b.splat(b.constant_int(size, ElementType::kS64), dims);
+  return all_true(b, b.binary("and", b.compare(idx, lo, hlo::Compare::kGe),
+                              b.compare(idx, hi, hlo::Compare::kLt)));
+}
+
+Value wrap_negative(Builder& b, Value idx, int64_t size) {
+  auto dims = b.dims(idx);
+  Value neg = b.compare(idx, b.zeros(TensorType{ElementType::kS64, dims}), hlo::Compare::kLt);
+  return b.select(neg, b.binary("add", idx, b.splat(b.constant_int(size, ElementType::kS64), dims)), idx);
+}
+
+std::vector<int64_t> with_last(std::vector<int64_t> dims, int64_t last) {
+  dims.push_back(last);
+  return dims;
+}
+
+// Full coordinates for gather/scatter along `dim`: iota everywhere except
+// `dim`, where the index tensor gives the coordinate. Shape index + [rank].
+Value coordinates(Builder& b, Value idx, int64_t dim, int64_t rank) {
+  auto dims = b.dims(idx);
+  std::vector<Value> parts;
+  for (int64_t d = 0; d < rank; ++d) {
+    Value c = d == dim ? idx : b.iota(TensorType{ElementType::kS64, dims}, d);
+    parts.push_back(b.reshape(c, with_last(dims, 1)));
+  }
+  return b.concatenate(parts, static_cast<int64_t>(dims.size()));
+}
+
+void check_index_dtype(const LoweringContext& ctx, size_t arg, const char* op) {
+  TORCH_CHECK_INDEX(ctx.dtype(arg) == at::kLong || ctx.dtype(arg) == at::kInt, op,
+                    "(): Expected dtype int32/int64 for index");
+}
+
+Value index_select(LoweringContext& ctx, Value self, int64_t dim_arg, Value index) {
+  Builder& b = ctx.b;
+  auto in = b.dims(self);
+  int64_t rank = std::max<int64_t>(1, static_cast<int64_t>(in.size()));
+  int64_t dim = wrap_dim(dim_arg, rank);
+  if (in.empty()) self = b.reshape(self, {1}), in = {1};
+  TORCH_CHECK_INDEX(b.type(index).rank() <= 1, "index_select(): Index is supposed to be a vector");
+  int64_t n = b.type(index).numel();
+  Value idx = b.reshape(s64(b, index), {n});
+  ctx.require(in_range(b, idx, in[dim], false), "index out of range in self");
+  std::vector<int64_t> offset_dims, slice = in, out = in;
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    if (d != dim) offset_dims.push_back(d);
+  }
+  slice[dim] = 1;
+  out[dim] = n;
+  Builder::GatherDims g{offset_dims, {dim}, {dim}, 1};
+  Value r = b.gather(self, b.reshape(idx, {n, 1}), g, slice, out);
+  return b.dims(self).size() == in.size() ? r : r;
+}
+
+// Scatter of `updates` (index-shaped) into `self` along `dim`.
+Value scatter_along(LoweringContext& ctx, Value self, int64_t dim, Value index, Value updates,
+                    const std::string& combine) {
+  Builder& b = ctx.b;
+  auto in = b.dims(self);
+  int64_t rank = static_cast<int64_t>(in.size());
+  Value idx = s64(b, index);
+  ctx.require(in_range(b, idx, rank == 0 ? 1 : in[dim], false),
+              "index " + std::string("out of bounds for the dimension being scattered into"));
+  if (rank == 0) return combine == "replace" ? b.reshape(updates, {}) : b.binary(combine, self, b.reshape(updates, {}));
+  Value coords = coordinates(b, idx, dim, rank);
+  std::vector<int64_t> scatter_dims;
+  for (int64_t d = 0; d < rank; ++d) scatter_dims.push_back(d);
+  Builder::ScatterDims s{{}, scatter_dims, scatter_dims, rank};
+  return b.scatter(self, coords, updates, s, [combine](Builder& r, const std::vector<Value>& a) {
+    if (combine == "replace") return std::vector<Value>{a[1]};
+    return std::vector<Value>{r.binary(combine, a[0], a[1])};
+  });
+}
+
+// The part of `src` covered by `index`'s shape (scatter uses only that).
+Value crop_to(Builder& b, Value src, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> zero(dims.size(), 0), one(dims.size(), 1);
+  return b.slice(src, zero, dims, one);
+}
+
+// Advanced indexing: the non-None index tensors, broadcast together, pick
+// elements along their dims. Returns (gathered, indices-with-coordinates).
+struct Advanced {
+  std::vector<int64_t> indexed;        // dims with an index tensor
+  std::vector<int64_t> broadcast;      // broadcast shape of the index tensors
+  Value coords;                        // broadcast + [len(indexed)]
+  std::vector<int64_t> result_dims;
+  std::vector<int64_t> offset_dims;    // output positions of the other dims
+};
+
+Advanced advanced_indices(LoweringContext& ctx, Value self, size_t list_arg) {
+  Builder& b = ctx.b;
+  const LoweringArg& list = ctx.arg(list_arg);
+  auto in = b.dims(self);
+  Advanced a;
+  std::vector<Value> idx;
+  for (size_t k = 0; k < list.tensors.size(); ++k) {
+    if (!list.tensors[k].valid()) continue;
+    TORCH_CHECK_INDEX(static_cast<int64_t>(k) < static_cast<int64_t>(in.size()),
+                      "too many indices for tensor of dimension ", in.size(), " (got ",
+                      list.tensors.size(), ")");
+    TORCH_CHECK_INDEX(list.dtypes[k] == at::kLong || list.dtypes[k] == at::kInt,
+                      "tensors used as indices must be long, int, byte or bool tensors");
+    a.indexed.push_back(static_cast<int64_t>(k));
+    idx.push_back(list.tensors[k]);
+    a.broadcast = broadcast_shape(a.broadcast, b.dims(list.tensors[k]));
+  }
+  TORCH_CHECK_INDEX(!a.indexed.empty(), "torch_pjrt: index with no index tensors");
+  std::vector<Value> parts;
+  for (size_t j = 0; j < idx.size(); ++j) {
+    int64_t size = in[a.indexed[j]];
+    Value v = broadcast_to(b, s64(b, idx[j]), a.broadcast);
+    ctx.require(in_range(b, v, size, true),
+                "index out of bounds for dimension " + std::to_string(a.indexed[j]) +
+                    " with size " + std::to_string(size));
+    parts.push_back(b.reshape(wrap_negative(b, v, size), with_last(a.broadcast, 1)));
+  }
+  a.coords = b.concatenate(parts, static_cast<int64_t>(a.broadcast.size()));
+  bool adjacent = true;
+  for (size_t j = 1; j < a.indexed.size(); ++j) adjacent &= a.indexed[j] == a.indexed[j - 1] + 1;
+  int64_t nb = static_cast<int64_t>(a.broadcast.size());
+  int64_t pos = 0;
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    bool is_indexed = std::find(a.indexed.begin(), a.indexed.end(), d) != a.indexed.end();
+    if (adjacent && d == a.indexed[0]) {
+      a.result_dims.insert(a.result_dims.end(), a.broadcast.begin(), a.broadcast.end());
+      pos += nb;
+    }
+    if (is_indexed) continue;
+    a.offset_dims.push_back(adjacent ? pos : nb + static_cast<int64_t>(a.offset_dims.size()));
+    a.result_dims.push_back(in[d]);
+    pos++;
+  }
+  if (!adjacent) {
+    std::vector<int64_t> rest = a.result_dims;
+    a.result_dims = a.broadcast;
+    a.result_dims.insert(a.result_dims.end(), rest.begin(), rest.end());
+  }
+  return a;
+}
+
+LoweringRegistrar registrar([] {
+  register_lowering("aten::index_select", [](LoweringContext& ctx) {
+    check_index_dtype(ctx, 2, "index_select");
+    Value self = ctx.tensor(0);
+    bool scalar = ctx.b.type(self).rank() == 0;
+    Value r = index_select(ctx, self, ctx.int_arg(1), ctx.tensor(2));
+    if (scalar) r = ctx.b.reshape(r, ctx.b.type(ctx.tensor(2)).rank() == 0 ? std::vector<int64_t>{}
+                                                                            : ctx.b.dims(r));
+    return std::vector<Value>{r};
+  }, {"aten::index_select.out"});
+
+  register_lowering("aten::gather", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    check_index_dtype(ctx, 2, "gather");
+    Value self = ctx.tensor(0), index = s64(b, ctx.tensor(2));
+    auto in = b.dims(self);
+    int64_t rank = static_cast<int64_t>(in.size());
+    int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, rank));
+    auto idims = b.dims(index);
+    TORCH_CHECK(static_cast<int64_t>(idims.size()) == std::max<int64_t>(rank, idims.size() ? rank : 0) ||
+                    rank == 0,
+                "Index tensor must have the same number of dimensions as input tensor");
+    if (rank == 0) {
+      ctx.require(in_range(b, index, 1, false), "index out of range in gather");
+      return std::vector<Value>{b.splat(self, idims)};
+    }
+    for (int64_t d = 0; d < rank; ++d) {
+      TORCH_CHECK(d == dim || idims[d] <= in[d], "Size does not match at dimension ", d,
+                  " expected index ", c10::IntArrayRef(idims), " to be no larger than self ",
+                  c10::IntArrayRef(in), " apart from dimension ", dim);
+    }
+    ctx.require(in_range(b, index, in[dim], false), "index out of bounds in gather");
+    std::vector<int64_t> all;
+    for (int64_t d = 0; d < rank; ++d) all.push_back(d);
+    Builder::GatherDims g{{}, all, all, rank};
+    Value coords = coordinates(b, index, dim, rank);
+    return std::vector<Value>{b.gather(self, coords, g, std::vector<int64_t>(rank, 1), idims)};
+  }, {"aten::gather.out"});
+
+  // scatter.src / scatter.value / scatter_add / scatter.reduce
+  auto scatter_lowering = [](const std::string& combine, bool value_arg) {
+    return [combine, value_arg](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      check_index_dtype(ctx, 2, "scatter");
+      Value self = ctx.tensor(0);
+      int64_t rank = b.type(self).rank();
+      int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, rank));
+      Value index = ctx.tensor(2);
+      auto idims = b.dims(index);
+      Value updates = value_arg ? b.splat(ctx.scalar(3, b.element_type(self)), idims)
+                                : crop_to(b, b.convert(ctx.tensor(3), b.element_type(self)), idims);
+      std::string how = combine;
+      if (!value_arg && ctx.num_args() > 4 && !ctx.is_none(4)) {
+        const std::string& reduce = ctx.ivalue(4).toStringRef();
+        TORCH_CHECK(reduce == "add" || reduce == "multiply", "reduce argument must be either add or "
+                    "multiply.");
+        how = reduce == "add" ? "add" : "multiply";
+      }
+      return std::vector<Value>{scatter_along(ctx, self, dim, index, updates, how)};
+    };
+  };
+  register_lowering("aten::scatter.src", scatter_lowering("replace", false),
+                    {"aten::scatter_.src", "aten::scatter.src_out"});
+  register_lowering("aten::scatter.value", scatter_lowering("replace", true),
+                    {"aten::scatter_.value", "aten::scatter.value_out"});
+  register_lowering("aten::scatter.reduce", scatter_lowering("replace", false),
+                    {"aten::scatter_.reduce", "aten::scatter.reduce_out"});
+  register_lowering("aten::scatter_add", scatter_lowering("add", false),
+                    {"aten::scatter_add_", "aten::scatter_add.out"});
+
+  register_lowering("aten::scatter_reduce.two", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    check_index_dtype(ctx, 2, "scatter_reduce");
+    Value self = ctx.tensor(0);
+    ElementType t = b.element_type(self);
+    int64_t rank = b.type(self).rank();
+    int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, rank));
+    Value index = ctx.tensor(2);
+    auto idims = b.dims(index);
+    Value src = crop_to(b, b.convert(ctx.tensor(3), t), idims);
+    const std::string& reduce_name = ctx.ivalue(4).toStringRef();
+    bool include_self = ctx.bool_arg(5);
+    std::string combine = reduce_name == "sum" || reduce_name == "mean" ? "add"
+                          : reduce_name == "prod"                       ? "multiply"
+                          : reduce_name == "amax"                       ? "maximum"
+                          : reduce_name == "amin"                       ? "minimum"
+                                                                        : "";
+    TORCH_CHECK(!combine.empty(), "reduce argument must be either sum, prod, mean, amax or amin, "
+                "got ", reduce_name);
+    Value base = self;
+    if (!include_self) {
+      // Positions that receive updates start from the reduction's identity.
+      ReduceKind kind = combine == "add" ? ReduceKind::kSum : combine == "multiply" ? ReduceKind::kProd
+                        : combine == "maximum" ? ReduceKind::kMax : ReduceKind::kMin;
+      Value identity = b.splat(reduce_init(b, t, kind), idims);
+      base = scatter_along(ctx, self, dim, index, identity, "replace");
+    }
+    Value r = scatter_along(ctx, base, dim, index, src, combine);
+    if (reduce_name == "mean") {
+      Value ones = b.splat(b.constant(1, t), idims);
+      Value counts = scatter_along(ctx, b.splat(b.constant(include_self ? 1 : 0, t), b.dims(self)),
+                                   dim, index, ones, "add");
+      Value safe = b.binary("maximum", counts, b.splat(b.constant(1, t), b.dims(self)));
+      r = b.binary("divide", r, safe);
+    }
+    return std::vector<Value>{r};
+  }, {"aten::scatter_reduce_.two", "aten::scatter_reduce.two_out"});
+
+  register_lowering("aten::index_add", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    check_index_dtype(ctx, 2, "index_add");
+    Value self = ctx.tensor(0);
+    auto in = b.dims(self);
+    int64_t rank = static_cast<int64_t>(in.size());
+    int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, rank));
+    Value index = b.reshape(s64(b, ctx.tensor(2)), {b.type(ctx.tensor(2)).numel()});
+    Value source = b.convert(ctx.tensor(3), b.element_type(self));
+    Value alpha = b.splat(ctx.scalar(4, b.element_type(self)), b.dims(source));
+    source = b.binary("multiply", source, alpha);
+    if (rank == 0) return std::vector<Value>{b.binary("add", self, b.reshape(source, {}))};
+    ctx.require(in_range(b, index, in[dim], false), "index out of range in index_add");
+    // Every slice of `source` along dim goes to row index[i] of self.
+    std::vector<int64_t> window;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d != dim) window.push_back(d);
+    }
+    int64_t n = b.type(index).numel();
+    Builder::ScatterDims s{window, {dim}, {dim}, 1};
+    return std::vector<Value>{b.scatter(self, b.reshape(index, {n, 1}), source, s,
+                                        [](Builder& r, const std::vector<Value>& a) {
+                                          return std::vector<Value>{r.binary("add", a[0], a[1])};
+                                        })};
+  }, {"aten::index_add_", "aten::index_add.out"});
+
+  // embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq)
+  register_lowering("aten::embedding_dense_backward", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value grad = ctx.tensor(0);
+    Value idx = s64(b, ctx.tensor(1));
+    int64_t n = b.type(idx).numel();
+    int64_t num_weights = ctx.int_arg(2), padding = ctx.int_arg(3);
+    int64_t width = b.dims(grad).back();
+    ElementType t = b.element_type(grad);
+    ElementType acc = et(opmath_type(ctx.dtype(0)));
+    Value rows = b.convert(b.reshape(grad, {n, width}), acc);
+    Value flat = b.reshape(idx, {n});
+    Value keep = b.compare(flat, b.splat(b.constant_int(padding, ElementType::kS64), {n}), hlo::Compare::kNe);
+    rows = b.select(b.broadcast_in_dim(keep, {n, width}, {0}), rows, b.zeros(TensorType{acc, {n, width}}));
+    if (ctx.bool_arg(4)) {
+      Builder::ScatterDims count_dims{{}, {0}, {0}, 1};
+      Value counts = b.scatter(b.zeros(TensorType{acc, {num_weights}}), b.reshape(flat, {n, 1}),
+                               b.splat(b.constant(1, acc), {n}), count_dims,
+                               [](Builder& r, const std::vector<Value>& a) {
+                                 return std::vector<Value>{r.binary("add", a[0], a[1])};
+                               });
+      Builder::GatherDims g{{}, {0}, {0}, 1};
+      Value per_row = b.gather(counts, b.reshape(flat, {n, 1}), g, {1}, {n});
+      rows = b.binary("divide", rows, b.broadcast_in_dim(per_row, {n, width}, {0}));
+    }
+    Builder::ScatterDims s{{1}, {0}, {0}, 1};
+    Value out = b.scatter(b.zeros(TensorType{acc, {num_weights, width}}), b.reshape(flat, {n, 1}),
+                          rows, s, [](Builder& r, const std::vector<Value>& a) {
+                            return std::vector<Value>{r.binary("add", a[0], a[1])};
+                          });
+    return std::vector<Value>{b.convert(out, t)};
+  }, {"aten::embedding_dense_backward.out"});
+
+  register_lowering("aten::index.Tensor", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value self = ctx.tensor(0);
+    Advanced a = advanced_indices(ctx, self, 1);
+    auto in = b.dims(self);
+    std::vector<int64_t> slice = in;
+    for (int64_t d : a.indexed) slice[d] = 1;
+    Builder::GatherDims g{a.offset_dims, a.indexed, a.indexed, static_cast<int64_t>(a.broadcast.size())};
+    return std::vector<Value>{b.gather(self, a.coords, g, slice, a.result_dims)};
+  }, {"aten::index.Tensor_out"});
+
+  // index_put(self, indices, values, accumulate); _index_put_impl_ adds `unsafe`.
+  register_lowering("aten::index_put", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value self = ctx.tensor(0);
+    ElementType t = b.element_type(self);
+    Advanced a = advanced_indices(ctx, self, 1);
+    Value values = b.convert(ctx.tensor(2), t);
+    values = broadcast_to(b, values, a.result_dims);
+    bool accumulate = ctx.bool_arg(3);
+    Builder::ScatterDims s{a.offset_dims, a.indexed, a.indexed, static_cast<int64_t>(a.broadcast.size())};
+    return std::vector<Value>{b.scatter(self, a.coords, values, s,
+                                        [accumulate](Builder& r, const std::vector<Value>& v) {
+                                          return std::vector<Value>{accumulate ? r.binary("add", v[0], v[1]) : v[1]};
+                                        })};
+  }, {"aten::index_put_", "aten::_index_put_impl_", "aten::index_put.out"});
+});
+
+}  // namespace
+}  // namespace torch_pjrt::ops
