@@ -96,3 +96,51 @@ def check_samples(case: OpCase, dtype: torch.dtype, max_samples: int = 12) -> in
         compare(expected, actual, dtype, case.rtol_scale)
         ran += 1
     return ran
+
+
+def check_gradients(case: OpCase, max_samples: int = 6) -> int:
+    """Backward parity in float32: gradients of a weighted sum of the outputs
+    with respect to every floating input, CPU against the device."""
+    op = find_opinfo(case)
+    if not op.supports_autograd or torch.float32 not in op.supported_dtypes("cpu"):
+        return 0
+    ran = 0
+    for sample in op.sample_inputs("cpu", torch.float32, requires_grad=True):
+        if ran >= max_samples:
+            break
+        args = (sample.input, *sample.args)
+        leaves = [t for t in pytree.tree_leaves((args, sample.kwargs))
+                  if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not leaves:
+            continue
+        try:
+            expected = op(*args, **sample.kwargs)
+        except Exception:
+            continue
+        outs = [t for t in pytree.tree_leaves(expected)
+                if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not outs:
+            continue
+        torch.manual_seed(ran)
+        weights = [torch.randn(o.shape) for o in outs]
+        cpu_grads = torch.autograd.grad(sum((o * w).sum() for o, w in zip(outs, weights)), leaves,
+                                        allow_unused=True)
+        dev_leaves = [t.detach().to(DEVICE).requires_grad_(True) for t in leaves]
+        mapping = {id(t): d for t, d in zip(leaves, dev_leaves)}
+        dev_args, dev_kwargs = pytree.tree_map(
+            lambda t: mapping.get(id(t), t.to(DEVICE)) if isinstance(t, torch.Tensor) else t,
+            (args, sample.kwargs))
+        actual = op(*dev_args, **dev_kwargs)
+        dev_outs = [t for t in pytree.tree_leaves(actual)
+                    if isinstance(t, torch.Tensor) and t.requires_grad]
+        dev_grads = torch.autograd.grad(
+            sum((o * w.to(DEVICE)).sum() for o, w in zip(dev_outs, weights)), dev_leaves,
+            allow_unused=True)
+        for c, d in zip(cpu_grads, dev_grads):
+            if c is None:
+                continue
+            assert d is not None and d.device.type == DEVICE
+            torch.testing.assert_close(d.cpu(), c, rtol=1e-4 * case.rtol_scale,
+                                       atol=1e-4 * case.rtol_scale)
+        ran += 1
+    return ran

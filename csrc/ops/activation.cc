@@ -120,6 +120,37 @@ LoweringRegistrar registrar([] {
     return softplus(b, x[0], b.splat(ctx.scalar(1, t), b.dims(x[0])),
                     b.splat(ctx.scalar(2, t), b.dims(x[0])));
   }, {"aten::softplus.out"});
+  // softplus_backward(grad, self, beta, threshold)
+  activation("aten::softplus_backward", {0, 1}, [](Builder& b, const std::vector<Value>& x,
+                                                   LoweringContext& ctx) {
+    ElementType t = b.element_type(x[1]);
+    Value beta = b.splat(ctx.scalar(2, t), b.dims(x[1]));
+    Value threshold = b.splat(ctx.scalar(3, t), b.dims(x[1]));
+    Value bx = b.binary("multiply", x[1], beta);
+    Value z = b.unary("exponential", bx);
+    Value d = b.binary("divide", z, b.binary("add", z, splat_like(b, 1.0, z)));
+    return b.select(b.compare(bx, threshold, hlo::Compare::kGt), x[0], b.binary("multiply", x[0], d));
+  }, {"aten::softplus_backward.grad_input"});
+  // elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result)
+  activation("aten::elu_backward", {0, 5}, [](Builder& b, const std::vector<Value>& x,
+                                              LoweringContext& ctx) {
+    ElementType t = b.element_type(x[0]);
+    auto dims = b.dims(x[0]);
+    Value alpha = b.splat(ctx.scalar(1, t), dims), scale = b.splat(ctx.scalar(2, t), dims);
+    Value input_scale = b.splat(ctx.scalar(3, t), dims);
+    bool is_result = ctx.bool_arg(4);
+    Value v = x[1];
+    Value neg_grad;
+    if (is_result) {
+      // d/dx = input_scale * (result + alpha * scale) for result <= 0
+      neg_grad = b.binary("multiply", input_scale, b.binary("add", v, b.binary("multiply", alpha, scale)));
+    } else {
+      neg_grad = b.binary("multiply", b.binary("multiply", input_scale, b.binary("multiply", alpha, scale)),
+                          b.unary("exponential", b.binary("multiply", v, input_scale)));
+    }
+    Value positive = b.compare(v, splat_like(b, 0, v), hlo::Compare::kGt);
+    return b.binary("multiply", x[0], b.select(positive, scale, neg_grad));
+  }, {"aten::elu_backward.grad_input"});
   activation("aten::tanh_backward", {0, 1}, [](Builder& b, const std::vector<Value>& x,
                                                LoweringContext&) {
     Value one = splat_like(b, 1.0, x[1]);

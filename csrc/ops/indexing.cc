@@ -50,8 +50,11 @@ Value coordinates(Builder& b, Value idx, int64_t dim, int64_t rank) {
 }
 
 void check_index_dtype(const LoweringContext& ctx, size_t arg, const char* op) {
-  TORCH_CHECK_INDEX(ctx.dtype(arg) == at::kLong || ctx.dtype(arg) == at::kInt, op,
-                    "(): Expected dtype int32/int64 for index");
+  // torch lets an empty index of any integer dtype through.
+  bool empty = ctx.b.type(ctx.tensor(arg)).numel() == 0;
+  TORCH_CHECK_INDEX(ctx.dtype(arg) == at::kLong || ctx.dtype(arg) == at::kInt ||
+                        (empty && c10::isIntegralType(ctx.dtype(arg), false)),
+                    op, "(): Expected dtype int32/int64 for index");
 }
 
 Value index_select(LoweringContext& ctx, Value self, int64_t dim_arg, Value index) {
@@ -71,8 +74,7 @@ Value index_select(LoweringContext& ctx, Value self, int64_t dim_arg, Value inde
   slice[dim] = 1;
   out[dim] = n;
   Builder::GatherDims g{offset_dims, {dim}, {dim}, 1};
-  Value r = b.gather(self, b.reshape(idx, {n, 1}), g, slice, out);
-  return b.dims(self).size() == in.size() ? r : r;
+  return b.gather(self, b.reshape(idx, {n, 1}), g, slice, out);
 }
 
 // Scatter of `updates` (index-shaped) into `self` along `dim`.
@@ -168,8 +170,8 @@ LoweringRegistrar registrar([] {
     Value self = ctx.tensor(0);
     bool scalar = ctx.b.type(self).rank() == 0;
     Value r = index_select(ctx, self, ctx.int_arg(1), ctx.tensor(2));
-    if (scalar) r = ctx.b.reshape(r, ctx.b.type(ctx.tensor(2)).rank() == 0 ? std::vector<int64_t>{}
-                                                                            : ctx.b.dims(r));
+    // A 0-d input gives a 0-d result, as in torch.
+    if (scalar) r = ctx.b.reshape(r, {});
     return std::vector<Value>{r};
   }, {"aten::index_select.out"});
 
@@ -177,17 +179,20 @@ LoweringRegistrar registrar([] {
     Builder& b = ctx.b;
     check_index_dtype(ctx, 2, "gather");
     Value self = ctx.tensor(0), index = s64(b, ctx.tensor(2));
-    auto in = b.dims(self);
-    int64_t rank = static_cast<int64_t>(in.size());
-    int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, rank));
-    auto idims = b.dims(index);
-    TORCH_CHECK(static_cast<int64_t>(idims.size()) == std::max<int64_t>(rank, idims.size() ? rank : 0) ||
-                    rank == 0,
-                "Index tensor must have the same number of dimensions as input tensor");
-    if (rank == 0) {
-      ctx.require(in_range(b, index, 1, false), "index out of range in gather");
-      return std::vector<Value>{b.splat(self, idims)};
+    // torch treats 0-d tensors as 1-d here, and an empty index gives an
+    // empty result whatever its rank.
+    std::vector<int64_t> result_dims = b.dims(index);
+    if (b.type(index).numel() == 0) {
+      return std::vector<Value>{b.zeros(TensorType{b.element_type(self), result_dims})};
     }
+    if (b.type(self).rank() == 0) self = b.reshape(self, {1});
+    if (b.type(index).rank() == 0) index = b.reshape(index, {1});
+    auto in = b.dims(self);
+    auto idims = b.dims(index);
+    int64_t rank = static_cast<int64_t>(in.size());
+    int64_t dim = wrap_dim(ctx.int_arg(1), rank);
+    TORCH_CHECK(static_cast<int64_t>(idims.size()) == rank,
+                "Index tensor must have the same number of dimensions as input tensor");
     for (int64_t d = 0; d < rank; ++d) {
       TORCH_CHECK(d == dim || idims[d] <= in[d], "Size does not match at dimension ", d,
                   " expected index ", c10::IntArrayRef(idims), " to be no larger than self ",
@@ -198,7 +203,8 @@ LoweringRegistrar registrar([] {
     for (int64_t d = 0; d < rank; ++d) all.push_back(d);
     Builder::GatherDims g{{}, all, all, rank};
     Value coords = coordinates(b, index, dim, rank);
-    return std::vector<Value>{b.gather(self, coords, g, std::vector<int64_t>(rank, 1), idims)};
+    Value r = b.gather(self, coords, g, std::vector<int64_t>(rank, 1), idims);
+    return std::vector<Value>{b.reshape(r, result_dims)};
   }, {"aten::gather.out"});
 
   // scatter.src / scatter.value / scatter_add / scatter.reduce
@@ -328,6 +334,45 @@ LoweringRegistrar registrar([] {
                           });
     return std::vector<Value>{b.convert(out, t)};
   }, {"aten::embedding_dense_backward.out"});
+
+  // embedding_renorm_(self, indices, max_norm, norm_type): rows that are
+  // looked up and whose norm exceeds max_norm are scaled down to it.
+  register_lowering("aten::embedding_renorm", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value weight = ctx.tensor(0);
+    auto dims = b.dims(weight);
+    TORCH_CHECK(dims.size() == 2, "embedding_renorm_: weight must be 2-D");
+    ElementType t = b.element_type(weight);
+    ElementType acc = et(opmath_type(ctx.dtype(0)));
+    Value idx = s64(b, ctx.tensor(1));
+    int64_t n = b.type(idx).numel();
+    Value flat = b.reshape(idx, {n, 1});
+    ctx.require(in_range(b, b.reshape(idx, {n}), dims[0], false), "index out of range in self");
+    Builder::ScatterDims s{{}, {0}, {0}, 1};
+    Value used = b.scatter(b.splat(b.constant_bool(false), {dims[0]}), flat, b.splat(b.constant_bool(true), {n}), s,
+                           [](Builder& r, const std::vector<Value>& a) {
+                             return std::vector<Value>{r.binary("or", a[0], a[1])};
+                           });
+    double p = ctx.double_arg(3);
+    Value w = b.convert(weight, acc);
+    Value absw = b.unary("abs", w);
+    Value norm;
+    if (p == 2) {
+      norm = b.unary("sqrt", reduce(b, b.binary("multiply", w, w), {1}, ReduceKind::kSum));
+    } else if (p == 1) {
+      norm = reduce(b, absw, {1}, ReduceKind::kSum);
+    } else {
+      Value pw = b.binary("power", absw, b.splat(b.constant(p, acc), dims));
+      norm = b.binary("power", reduce(b, pw, {1}, ReduceKind::kSum),
+                      b.splat(b.constant(1.0 / p, acc), {dims[0]}));
+    }
+    Value max_norm = b.splat(b.constant(ctx.double_arg(2), acc), {dims[0]});
+    Value scale = b.binary("divide", max_norm, b.binary("add", norm, b.splat(b.constant(1e-7, acc), {dims[0]})));
+    Value shrink = b.binary("and", used, b.compare(norm, max_norm, hlo::Compare::kGt));
+    Value factor = b.select(shrink, scale, b.splat(b.constant(1.0, acc), {dims[0]}));
+    Value out = b.binary("multiply", w, b.broadcast_in_dim(factor, dims, {0}));
+    return std::vector<Value>{b.convert(out, t)};
+  }, {"aten::embedding_renorm_", "aten::embedding_renorm.out"}, /*static_scalars=*/{2, 3});
 
   register_lowering("aten::index.Tensor", [](LoweringContext& ctx) {
     Builder& b = ctx.b;

@@ -41,15 +41,20 @@ struct NllParts {
 NllParts nll_weights(LoweringContext& ctx, Value input, Value target, int64_t ignore_index) {
   Builder& b = ctx.b;
   auto in = b.dims(input);
-  TORCH_CHECK(!in.empty() && in.size() <= 2, "input tensor should be 1D or 2D");
+  TORCH_CHECK(!in.empty(), "input tensor should be 1D or 2D");
+  // (C), (N, C) or (N, C, d1, ...): classes along dim 1 except for 1-D input.
   int64_t class_dim = in.size() == 1 ? 0 : 1;
   int64_t classes = in[class_dim];
   ElementType t = b.element_type(input);
   Value tgt = b.convert(target, ElementType::kS64);
   auto tdims = b.dims(tgt);
-  TORCH_CHECK(in.size() == 1 ? tdims.empty() : tdims.size() == 1 && tdims[0] == in[0],
-              "Expected input batch_size (", in.size() == 1 ? 1 : in[0],
-              ") to match target batch_size (", tdims.empty() ? 1 : tdims[0], ").");
+  std::vector<int64_t> expected = in;
+  expected.erase(expected.begin() + class_dim);
+  TORCH_CHECK(tdims == expected, in.size() <= 2 ? "Expected input batch_size (" : "expected target of size ",
+              in.size() <= 2 ? std::to_string(in.size() == 1 ? 1 : in[0]) : "",
+              in.size() <= 2 ? ") to match target batch_size (" : "",
+              in.size() <= 2 ? std::to_string(tdims.empty() ? 1 : tdims[0]) + ")." : "",
+              in.size() > 2 ? c10::str(c10::IntArrayRef(expected), ", got ", c10::IntArrayRef(tdims)) : "");
   Value keep = b.compare(tgt, b.splat(b.constant_int(ignore_index, ElementType::kS64), tdims),
                          hlo::Compare::kNe);
   Value w;
@@ -99,7 +104,7 @@ LoweringRegistrar registrar([] {
   }, {"aten::mse_loss_backward.grad_input"});
 
   // nll_loss_forward(input, target, weight, reduction, ignore_index) -> (output, total_weight)
-  register_lowering("aten::nll_loss_forward", [](LoweringContext& ctx) {
+  auto nll_forward = [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     Value input = ctx.tensor(0);
     int64_t reduction = ctx.int_arg(3);
@@ -122,10 +127,12 @@ LoweringRegistrar registrar([] {
       if (reduction == kMean) out = b.binary("divide", out, total_weight);
     }
     return std::vector<Value>{out, total_weight};
-  }, {"aten::nll_loss_forward.output"});
+  };
+  register_lowering("aten::nll_loss_forward", nll_forward, {"aten::nll_loss_forward.output"});
+  register_lowering("aten::nll_loss2d_forward", nll_forward, {"aten::nll_loss2d_forward.output"});
 
   // nll_loss_backward(grad, input, target, weight, reduction, ignore_index, total_weight)
-  register_lowering("aten::nll_loss_backward", [](LoweringContext& ctx) {
+  auto nll_backward = [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     Value grad = ctx.tensor(0), input = ctx.tensor(1);
     int64_t reduction = ctx.int_arg(4);
@@ -153,7 +160,10 @@ LoweringRegistrar registrar([] {
     Value spread = b.broadcast_in_dim(per_sample, in, mapping);
     Value mask = class_mask(b, ctx.tensor(2), in, parts.class_dim);
     return std::vector<Value>{b.select(mask, spread, b.zeros(TensorType{t, in}))};
-  }, {"aten::nll_loss_backward.grad_input"});
+  };
+  register_lowering("aten::nll_loss_backward", nll_backward, {"aten::nll_loss_backward.grad_input"});
+  register_lowering("aten::nll_loss2d_backward", nll_backward,
+                    {"aten::nll_loss2d_backward.grad_input"});
 });
 
 }  // namespace
