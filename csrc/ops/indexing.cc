@@ -83,6 +83,7 @@ Value scatter_along(LoweringContext& ctx, Value self, int64_t dim, Value index, 
   Builder& b = ctx.b;
   auto in = b.dims(self);
   int64_t rank = static_cast<int64_t>(in.size());
+  if (b.type(index).numel() == 0) return self;  // nothing to scatter
   Value idx = s64(b, index);
   ctx.require(in_range(b, idx, rank == 0 ? 1 : in[dim], false),
               "index " + std::string("out of bounds for the dimension being scattered into"));
@@ -288,6 +289,7 @@ LoweringRegistrar registrar([] {
     Value alpha = b.splat(ctx.scalar(4, b.element_type(self)), b.dims(source));
     source = b.binary("multiply", source, alpha);
     if (rank == 0) return std::vector<Value>{b.binary("add", self, b.reshape(source, {}))};
+    if (b.type(index).numel() == 0) return std::vector<Value>{self};
     ctx.require(in_range(b, index, in[dim], false), "index out of range in index_add");
     // Every slice of `source` along dim goes to row index[i] of self.
     std::vector<int64_t> window;
