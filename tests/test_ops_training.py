@@ -46,3 +46,37 @@ def test_backward_matches_cpu(case: OpCase):
     if check_gradients(case) == 0:
         pytest.skip(f"{case_id(case)} has no differentiable samples")
     assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+MISC_CASES = [
+    OpCase("isnan"), OpCase("isinf"), OpCase("isposinf"), OpCase("isneginf"),
+    OpCase("isfinite"), OpCase("nan_to_num"), OpCase("tril"), OpCase("triu"),
+    OpCase("cumsum", rtol_scale=5), OpCase("cumprod", rtol_scale=5), OpCase("flip"),
+    OpCase("roll"), OpCase("sort", values_only=True), OpCase("topk", values_only=True),
+    OpCase("nn.functional.scaled_dot_product_attention", rtol_scale=5),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", MISC_CASES, ids=case_id)
+def test_misc_forward_matches_cpu(case: OpCase, dtype: torch.dtype):
+    if case.name == "nn.functional.scaled_dot_product_attention":
+        pytest.skip("its OpInfo samples use dropout: device RNG comes next")
+    torch_pjrt.reset_metrics()
+    if check_samples(case, dtype) == 0:
+        pytest.skip(f"{case_id(case)} has no CPU support or samples for {dtype}")
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_argsort_and_sort_indices_without_ties():
+    x = torch.randn(6, 50)  # float32 normal samples: no ties
+    d = x.to(torch_pjrt.settings().device_name)
+    for descending in (False, True):
+        assert torch.equal(x.argsort(dim=1, descending=descending),
+                           d.argsort(dim=1, descending=descending).cpu())
+        values, indices = d.sort(dim=0, descending=descending)
+        expected_values, expected_indices = x.sort(dim=0, descending=descending)
+        assert torch.equal(values.cpu(), expected_values)
+        assert torch.equal(indices.cpu(), expected_indices)
+    top = d.topk(5, dim=1)
+    assert torch.equal(top.indices.cpu(), x.topk(5, dim=1).indices)

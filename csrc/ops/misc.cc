@@ -1,0 +1,226 @@
+// Miscellaneous tensor ops: isnan/isinf family, nan_to_num, tril/triu,
+// cumsum/cumprod, flip, roll, sort and topk.
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/helpers.h"
+
+namespace torch_pjrt::ops {
+namespace {
+
+Value float_check(Builder& b, Value x, const std::function<Value(Value)>& fn) {
+  if (!hlo::is_float(b.element_type(x))) {
+    return b.splat(b.constant_bool(false), b.dims(x));
+  }
+  return fn(x);
+}
+
+Value is_nan(Builder& b, Value x) { return b.compare(x, x, hlo::Compare::kNe); }
+
+Value equals_value(Builder& b, Value x, double v) {
+  return b.compare(x, b.splat(b.constant(v, b.element_type(x)), b.dims(x)), hlo::Compare::kEq);
+}
+
+// Inclusive scan along `dim` in log2(n) shifted additions (Hillis-Steele):
+// static shapes, no loops, fine for the sizes eager code scans.
+Value scan(Builder& b, Value x, int64_t dim, const char* op, double identity) {
+  auto dims = b.dims(x);
+  int64_t n = dims[dim];
+  ElementType t = b.element_type(x);
+  int64_t rank = static_cast<int64_t>(dims.size());
+  for (int64_t shift = 1; shift < n; shift *= 2) {
+    std::vector<int64_t> low(rank, 0), high(rank, 0), interior(rank, 0);
+    low[dim] = shift;
+    std::vector<int64_t> start(rank, 0), limit = dims, strides(rank, 1);
+    limit[dim] = n - shift;
+    Value shifted = b.pad(b.slice(x, start, limit, strides), b.constant(identity, t), low, high, interior);
+    x = b.binary(op, x, shifted);
+  }
+  return x;
+}
+
+LoweringRegistrar registrar([] {
+  register_lowering("aten::isnan", [](LoweringContext& ctx) {
+    return std::vector<Value>{float_check(ctx.b, ctx.tensor(0), [&](Value x) { return is_nan(ctx.b, x); })};
+  }, {"aten::isnan.out"});
+  register_lowering("aten::isinf", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    return std::vector<Value>{float_check(b, ctx.tensor(0), [&](Value x) {
+      return equals_value(b, b.unary("abs", x), INFINITY);
+    })};
+  }, {"aten::isinf.out"});
+  register_lowering("aten::isposinf", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    return std::vector<Value>{float_check(b, ctx.tensor(0), [&](Value x) { return equals_value(b, x, INFINITY); })};
+  }, {"aten::isposinf.out"});
+  register_lowering("aten::isneginf", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    return std::vector<Value>{float_check(b, ctx.tensor(0), [&](Value x) { return equals_value(b, x, -INFINITY); })};
+  }, {"aten::isneginf.out"});
+  register_lowering("aten::isfinite", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    if (!hlo::is_float(b.element_type(x))) return std::vector<Value>{b.splat(b.constant_bool(true), b.dims(x))};
+    Value inf = b.splat(b.constant(INFINITY, b.element_type(x)), b.dims(x));
+    return std::vector<Value>{b.compare(b.unary("abs", x), inf, hlo::Compare::kLt)};
+  });
+  register_lowering("aten::nan_to_num", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    ElementType t = b.element_type(x);
+    if (!hlo::is_float(t)) return std::vector<Value>{x};
+    auto dims = b.dims(x);
+    double big = t == ElementType::kF64 ? std::numeric_limits<double>::max()
+                 : t == ElementType::kF32 ? std::numeric_limits<float>::max()
+                 : t == ElementType::kBF16 ? 3.3895313892515355e38
+                                           : 65504.0;
+    Value nan = ctx.is_none(1) ? b.zeros(TensorType{t, dims}) : b.splat(b.constant(ctx.double_arg(1), t), dims);
+    Value pos = b.splat(b.constant(ctx.is_none(2) ? big : ctx.double_arg(2), t), dims);
+    Value neg = b.splat(b.constant(ctx.is_none(3) ? -big : ctx.double_arg(3), t), dims);
+    Value r = b.select(is_nan(b, x), nan, x);
+    r = b.select(equals_value(b, x, INFINITY), pos, r);
+    r = b.select(equals_value(b, x, -INFINITY), neg, r);
+    return std::vector<Value>{r};
+  }, {"aten::nan_to_num_", "aten::nan_to_num.out"}, {1, 2, 3});
+
+  for (bool lower : {true, false}) {
+    std::string name = lower ? "tril" : "triu";
+    register_lowering("aten::" + name, [lower](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      Value x = ctx.tensor(0);
+      auto dims = b.dims(x);
+      TORCH_CHECK(dims.size() >= 2, lower ? "tril" : "triu",
+                  ": input tensor must have at least 2 dimensions");
+      int64_t r = static_cast<int64_t>(dims.size());
+      TensorType idx{ElementType::kS64, dims};
+      Value row = b.iota(idx, r - 2), col = b.iota(idx, r - 1);
+      Value diag = b.binary("add", row, b.splat(b.constant_int(ctx.int_arg(1), ElementType::kS64), dims));
+      Value keep = b.compare(col, diag, lower ? hlo::Compare::kLe : hlo::Compare::kGe);
+      return std::vector<Value>{b.select(keep, x, b.zeros(b.type(x)))};
+    }, {"aten::" + name + "_", "aten::" + name + ".out"});
+  }
+
+  for (bool sum : {true, false}) {
+    std::string name = sum ? "cumsum" : "cumprod";
+    register_lowering("aten::" + name, [sum](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      Value x = ctx.tensor(0);
+      c10::ScalarType in = ctx.dtype(0);
+      c10::ScalarType out = ctx.optional_dtype(2).value_or(
+          c10::isIntegralType(in, true) ? at::kLong : in);
+      if (b.type(x).rank() == 0) {
+        wrap_dim(ctx.int_arg(1), 1);
+        return std::vector<Value>{convert(b, x, out)};
+      }
+      int64_t dim = wrap_dim(ctx.int_arg(1), b.type(x).rank());
+      Value v = convert(b, x, opmath_type(out));
+      Value r = scan(b, v, dim, sum ? "add" : "multiply", sum ? 0.0 : 1.0);
+      return std::vector<Value>{convert(b, r, out)};
+    }, {"aten::" + name + "_", "aten::" + name + ".out"});
+  }
+
+  register_lowering("aten::flip", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    return std::vector<Value>{b.reverse(x, wrap_dims(ctx.int_list(1), std::max<int64_t>(1, b.type(x).rank())))};
+  }, {"aten::flip.out"});
+
+  register_lowering("aten::roll", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    auto shifts = ctx.int_list(1);
+    auto dims_arg = ctx.int_list(2);
+    auto in = b.dims(x);
+    if (dims_arg.empty()) {
+      // Roll the flattened tensor, then restore the shape.
+      TORCH_CHECK(shifts.size() == 1, "shifts and dimensions must align. shifts: ", shifts.size(),
+                  ", dims:0");
+      int64_t n = b.type(x).numel();
+      x = b.reshape(x, {n});
+      dims_arg = {0};
+    }
+    TORCH_CHECK(shifts.size() == dims_arg.size(), "shifts and dimensions must align. shifts: ",
+                shifts.size(), ", dims:", dims_arg.size());
+    for (size_t k = 0; k < shifts.size(); ++k) {
+      auto cur = b.dims(x);
+      int64_t dim = wrap_dim(dims_arg[k], static_cast<int64_t>(cur.size()));
+      int64_t n = cur[dim];
+      if (n == 0) continue;
+      int64_t s = ((shifts[k] % n) + n) % n;
+      if (s == 0) continue;
+      int64_t r = static_cast<int64_t>(cur.size());
+      std::vector<int64_t> start(r, 0), limit = cur, strides(r, 1);
+      start[dim] = n - s;
+      Value tail = b.slice(x, start, limit, strides);
+      start[dim] = 0;
+      limit[dim] = n - s;
+      Value head = b.slice(x, start, limit, strides);
+      x = b.concatenate({tail, head}, dim);
+    }
+    return std::vector<Value>{b.reshape(x, in)};
+  });
+
+  // sort(self, stable, dim, descending) -> (values, indices); NaN sorts as
+  // the largest value, as in torch.
+  register_lowering("aten::sort.stable", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    auto in = b.dims(x);
+    if (in.empty()) return std::vector<Value>{x, b.constant_int(0, ElementType::kS64)};
+    int64_t dim = wrap_dim(ctx.int_arg(2), static_cast<int64_t>(in.size()));
+    bool descending = ctx.bool_arg(3);
+    bool is_float = hlo::is_float(b.element_type(x));
+    Value idx = b.iota(TensorType{ElementType::kS64, in}, dim);
+    auto out = b.sort({x, idx}, dim, /*stable=*/true, [descending, is_float](Builder& r, const std::vector<Value>& a) {
+      Value lhs = a[0], rhs = a[1];
+      if (descending) std::swap(lhs, rhs);
+      Value less = r.compare(lhs, rhs, hlo::Compare::kLt);
+      if (is_float) {
+        Value lhs_nan = r.compare(lhs, lhs, hlo::Compare::kNe);
+        Value rhs_nan = r.compare(rhs, rhs, hlo::Compare::kNe);
+        less = r.binary("or", r.binary("and", r.unary("not", lhs_nan), rhs_nan),
+                        r.binary("and", less, r.unary("not", rhs_nan)));
+      }
+      return std::vector<Value>{less};
+    });
+    return out;
+  }, {"aten::sort.values_stable"});
+
+  // topk(self, k, dim, largest, sorted) -> (values, indices)
+  register_lowering("aten::topk", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    auto in = b.dims(x);
+    int64_t k = ctx.int_arg(1);
+    if (in.empty()) {
+      TORCH_CHECK(k <= 1, "selected index k out of range");
+      return std::vector<Value>{x, b.constant_int(0, ElementType::kS64)};
+    }
+    int64_t dim = wrap_dim(ctx.int_arg(2), static_cast<int64_t>(in.size()));
+    TORCH_CHECK(k >= 0 && k <= in[dim], "selected index k out of range");
+    bool largest = ctx.bool_arg(3);
+    bool is_float = hlo::is_float(b.element_type(x));
+    Value idx = b.iota(TensorType{ElementType::kS64, in}, dim);
+    auto sorted = b.sort({x, idx}, dim, true, [largest, is_float](Builder& r, const std::vector<Value>& a) {
+      Value lhs = a[0], rhs = a[1];
+      if (largest) std::swap(lhs, rhs);
+      Value less = r.compare(lhs, rhs, hlo::Compare::kLt);
+      if (is_float) {
+        Value lhs_nan = r.compare(lhs, lhs, hlo::Compare::kNe);
+        Value rhs_nan = r.compare(rhs, rhs, hlo::Compare::kNe);
+        less = r.binary("or", r.binary("and", r.unary("not", lhs_nan), rhs_nan),
+                        r.binary("and", less, r.unary("not", rhs_nan)));
+      }
+      return std::vector<Value>{less};
+    });
+    int64_t rank = static_cast<int64_t>(in.size());
+    std::vector<int64_t> start(rank, 0), limit = in, strides(rank, 1);
+    limit[dim] = k;
+    return std::vector<Value>{b.slice(sorted[0], start, limit, strides), b.slice(sorted[1], start, limit, strides)};
+  }, {"aten::topk.values"});
+});
+
+}  // namespace
+}  // namespace torch_pjrt::ops
