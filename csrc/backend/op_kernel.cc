@@ -10,6 +10,8 @@
 
 #include "backend/device_storage.h"
 #include "backend/execute.h"
+#include "backend/generator.h"
+#include "backend/runtime_state.h"
 #include "backend/program_cache.h"
 #include "backend/tensor_access.h"
 #include "ops/dtypes.h"
@@ -370,6 +372,32 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
   }
   call.key.attr(donate_self ? "donate_self" : "keep_self");
 
+  // Random ops get the generator's (seed, offset) as their last parameter;
+  // the offset advances per call, so every call draws fresh numbers and a
+  // seed replays them.
+  bool random = lowering->random;
+  if (random) {
+    at::Generator gen;
+    for (size_t i = 0; i < shape.functional_args; ++i) {
+      if (args[i].isGenerator() && args[i].toGenerator().defined()) gen = args[i].toGenerator();
+    }
+    if (!gen.defined()) gen = default_generator(static_cast<c10::DeviceIndex>(call.device));
+    uint64_t state[2];
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      state[0] = gen.current_seed();
+      state[1] = gen.get_offset();
+      gen.set_offset(state[1] + 1);
+    }
+    auto& client = runtime().client();
+    call.inputs.push_back(std::make_shared<pjrt::Buffer>(pjrt::Buffer::from_host(
+        client, client->device(call.device), state, ElementType::kU64, {2})));
+    call.param_types.push_back(hlo::TensorType{ElementType::kU64, {2}});
+    call.logical.push_back({2});
+    call.permuted.emplace_back();
+    call.key.attr("random");
+  }
+
   const Program* program = nullptr;
   size_t num_results = 0;
   std::vector<std::string> check_messages;
@@ -404,6 +432,7 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
       }
       ops::LoweringContext ctx(b, lowering->op, call.args);
       ctx.set_out_dtypes(target_dtypes);
+      if (random) ctx.set_rng_state(params.back());
       std::vector<hlo::Value> results = lowering->fn(ctx);
       num_results = results.size();
       check_messages = ctx.check_messages();

@@ -522,6 +522,16 @@ std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dim, 
                    results, std::move(regions));
 }
 
+std::vector<Value> Builder::rng_bit_generator(Value state, const TensorType& bits_type) {
+  TensorType state_type = type(state);
+  if (state_type != TensorType{ElementType::kU64, {2}}) {
+    fail("rng_bit_generator", "the state must be ui64[2], got " + describe(state_type));
+  }
+  return add_multi("rng_bit_generator", {state},
+                   "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>", {state_type, bits_type},
+                   {});
+}
+
 // --- printing ------------------------------------------------------------------
 
 std::string Builder::value_name(Value v) const {

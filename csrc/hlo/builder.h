@@ -122,6 +122,10 @@ class Builder {
   std::vector<Value> sort(const std::vector<Value>& inputs, int64_t dim, bool stable,
                           const RegionFn& comparator);
 
+  // Random bits from a counter-based generator: `state` is ui64[2] (key and
+  // counter); returns {new_state, bits of `type`}.
+  std::vector<Value> rng_bit_generator(Value state, const TensorType& bits_type);
+
   // --- output ---------------------------------------------------------------
   std::vector<TensorType> output_types() const;
   const std::vector<bool>& donated() const { return donated_; }

@@ -23,9 +23,10 @@ Registry& registry() {
 }  // namespace
 
 void register_lowering(const std::string& op, LoweringFn fn, std::vector<std::string> aliases,
-                       std::vector<int> static_scalars, std::vector<int> shape_only) {
+                       std::vector<int> static_scalars, std::vector<int> shape_only,
+                       bool random) {
   auto lowering = std::make_shared<Lowering>(
-      Lowering{op, std::move(fn), std::move(static_scalars), std::move(shape_only)});
+      Lowering{op, std::move(fn), std::move(static_scalars), std::move(shape_only), random});
   auto& names = registry().by_name;
   TORCH_INTERNAL_ASSERT(!names.count(op), "torch_pjrt: two lowerings for ", op);
   names[op] = lowering;
@@ -84,6 +85,14 @@ Value LoweringContext::scalar(size_t i, ElementType type) const {
   TORCH_INTERNAL_ASSERT(b.type(v).rank() == 0, "torch_pjrt: argument ", i, " of ", op_,
                         " is not a scalar");
   return b.convert(v, type);
+}
+
+Value LoweringContext::random_bits(const TensorType& type) {
+  TORCH_INTERNAL_ASSERT(rng_state_.valid(), "torch_pjrt: ", op_,
+                        " draws random numbers but was not registered as random");
+  auto out = b.rng_bit_generator(rng_state_, type);
+  rng_state_ = out[0];
+  return out[1];
 }
 
 const c10::IValue& LoweringContext::ivalue(size_t i) const {

@@ -78,6 +78,10 @@ class LoweringContext {
     check_messages_.push_back(std::move(message));
   }
   const std::vector<Value>& checks() const { return checks_; }
+  // Random bits of `type` (ui32 or ui64) from the call's generator state;
+  // successive calls within one lowering give independent bits.
+  Value random_bits(const TensorType& type);
+  void set_rng_state(Value state) { rng_state_ = state; }
   const std::vector<std::string>& check_messages() const { return check_messages_; }
   void set_out_dtypes(std::vector<c10::ScalarType> dtypes) { out_dtypes_ = std::move(dtypes); }
 
@@ -86,6 +90,7 @@ class LoweringContext {
   std::vector<LoweringArg> args_;
   std::vector<c10::ScalarType> out_dtypes_;
   std::vector<Value> checks_;
+  Value rng_state_;
   std::vector<std::string> check_messages_;
 };
 
@@ -100,13 +105,16 @@ struct Lowering {
   // Tensor arguments of which only the dtype and shape are used (fill_'s
   // self): the lowering gets a placeholder, and no data is passed.
   std::vector<int> shape_only;
+  // Draws random numbers: the kernel passes the generator's (seed, offset)
+  // as a runtime parameter and advances the offset (LoweringContext::random_bits).
+  bool random = false;
 };
 
 // Registers `fn` for the functional op `op` and for its in-place and out=
 // variants `aliases` ("aten::add_.Tensor", "aten::add.out").
 void register_lowering(const std::string& op, LoweringFn fn,
                        std::vector<std::string> aliases = {}, std::vector<int> static_scalars = {},
-                       std::vector<int> shape_only = {});
+                       std::vector<int> shape_only = {}, bool random = false);
 
 // The lowering for `op` or one of its variants; null when none is registered.
 const Lowering* find_lowering(const std::string& op);

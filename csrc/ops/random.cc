@@ -1,0 +1,196 @@
+// Random numbers on the device: uniform_, normal_, bernoulli, random_
+// (randint), native_dropout and randperm, drawn with StableHLO's counter-
+// based generator from the per-device generator's (seed, offset).
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/helpers.h"
+
+namespace torch_pjrt::ops {
+namespace {
+
+// Uniform floats in [0, 1) of `type`, made from the top mantissa bits.
+Value uniform01(LoweringContext& ctx, const std::vector<int64_t>& dims, ElementType type) {
+  Builder& b = ctx.b;
+  if (type == ElementType::kF64) {
+    Value bits = ctx.random_bits(TensorType{ElementType::kU64, dims});
+    Value mantissa = b.binary("shift_right_logical", bits, b.splat(b.constant_int(12, ElementType::kU64), dims));
+    Value one_bits = b.splat(b.constant_int(0x3FF0000000000000LL, ElementType::kU64), dims);
+    Value f = b.bitcast_convert(b.binary("or", mantissa, one_bits), ElementType::kF64);
+    return b.binary("subtract", f, b.splat(b.constant(1.0, ElementType::kF64), dims));
+  }
+  Value bits = ctx.random_bits(TensorType{ElementType::kU32, dims});
+  Value mantissa = b.binary("shift_right_logical", bits, b.splat(b.constant_int(9, ElementType::kU32), dims));
+  Value one_bits = b.splat(b.constant_int(0x3F800000, ElementType::kU32), dims);
+  Value f = b.bitcast_convert(b.binary("or", mantissa, one_bits), ElementType::kF32);
+  f = b.binary("subtract", f, b.splat(b.constant(1.0, ElementType::kF32), dims));
+  if (type == ElementType::kF32) return f;
+  // Rounding to a narrower float may give 1.0; keep the interval half-open.
+  Value narrow = b.convert(f, type);
+  Value one = b.splat(b.constant(1.0, type), dims);
+  Value below_one = b.splat(b.constant(type == ElementType::kBF16 ? 0.99609375 : 0.99951171875, type), dims);
+  return b.select(b.compare(narrow, one, hlo::Compare::kGe), below_one, narrow);
+}
+
+// The largest value of v's type below v (nextafter(v, -inf)) for finite v.
+Value next_below(Builder& b, Value v) {
+  ElementType t = b.element_type(v);
+  auto dims = b.dims(v);
+  ElementType bits_type = pjrt::byte_width(t) == 2   ? ElementType::kS16
+                          : pjrt::byte_width(t) == 4 ? ElementType::kS32
+                                                     : ElementType::kS64;
+  Value bits = b.bitcast_convert(v, bits_type);
+  Value one = b.splat(b.constant_int(1, bits_type), dims);
+  Value zero = b.zeros(TensorType{t, dims});
+  Value down = b.select(b.compare(v, zero, hlo::Compare::kGt), b.binary("subtract", bits, one),
+                        b.binary("add", bits, one));
+  // Below +0 is the smallest negative denormal: the sign bit and 1.
+  int64_t smallest_negative = pjrt::byte_width(t) == 2   ? int64_t{-32767}
+                              : pjrt::byte_width(t) == 4 ? int64_t{-2147483647}
+                                                         : -std::numeric_limits<int64_t>::max();
+  down = b.select(b.compare(v, zero, hlo::Compare::kEq),
+                  b.splat(b.constant_int(smallest_negative, bits_type), dims), down);
+  return b.bitcast_convert(down, t);
+}
+
+ElementType float_compute(ElementType t) {
+  return t == ElementType::kF64 ? ElementType::kF64 : ElementType::kF32;
+}
+
+LoweringRegistrar registrar([] {
+  // uniform_(self, from, to, generator)
+  register_lowering("aten::uniform", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value self = ctx.tensor(0);
+    ElementType t = b.element_type(self);
+    TORCH_CHECK(hlo::is_float(t), "uniform_ expects a floating point tensor");
+    auto dims = b.dims(self);
+    ElementType c = float_compute(t);
+    Value u = uniform01(ctx, dims, c);
+    Value from = b.splat(ctx.scalar(1, c), dims), to = b.splat(ctx.scalar(2, c), dims);
+    Value r = b.convert(b.binary("add", from, b.binary("multiply", u, b.binary("subtract", to, from))), t);
+    // Rounding may reach `to`; the interval stays half-open, as in torch.
+    Value to_t = b.convert(to, t);
+    Value too_big = b.binary("and", b.compare(r, to_t, hlo::Compare::kGe),
+                             b.compare(to_t, b.convert(from, t), hlo::Compare::kGt));
+    return std::vector<Value>{b.select(too_big, next_below(b, to_t), r)};
+  }, {"aten::uniform_", "aten::uniform.out"}, {}, {0}, /*random=*/true);
+
+  // normal_(self, mean, std, generator): Box-Muller on two uniform draws.
+  register_lowering("aten::normal_functional", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value self = ctx.tensor(0);
+    ElementType t = b.element_type(self);
+    TORCH_CHECK(hlo::is_float(t), "normal_ expects a floating point tensor");
+    auto dims = b.dims(self);
+    ElementType c = float_compute(t);
+    Value u1 = uniform01(ctx, dims, c), u2 = uniform01(ctx, dims, c);
+    Value one = b.splat(b.constant(1.0, c), dims);
+    // 1 - u1 is in (0, 1]: the log is finite.
+    Value radius = b.unary("sqrt", b.binary("multiply", b.splat(b.constant(-2.0, c), dims),
+                                            b.unary("log", b.binary("subtract", one, u1))));
+    Value angle = b.binary("multiply", b.splat(b.constant(2 * M_PI, c), dims), u2);
+    Value z = b.binary("multiply", radius, b.unary("cosine", angle));
+    Value mean = b.splat(ctx.scalar(1, c), dims), std = b.splat(ctx.scalar(2, c), dims);
+    return std::vector<Value>{b.convert(b.binary("add", mean, b.binary("multiply", std, z)), t)};
+  }, {"aten::normal_"}, {}, {0}, /*random=*/true);
+
+  // bernoulli_.float(self, p, generator)
+  register_lowering("aten::bernoulli.float", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value self = ctx.tensor(0);
+    auto dims = b.dims(self);
+    Value u = uniform01(ctx, dims, ElementType::kF32);
+    Value p = b.splat(ctx.scalar(1, ElementType::kF32), dims);
+    return std::vector<Value>{b.convert(b.compare(u, p, hlo::Compare::kLt), b.element_type(self))};
+  }, {"aten::bernoulli_.float"}, {}, {0}, /*random=*/true);
+  // bernoulli(self, generator): self holds the probabilities.
+  register_lowering("aten::bernoulli", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value p = ctx.tensor(0);
+    auto dims = b.dims(p);
+    Value u = uniform01(ctx, dims, ElementType::kF32);
+    Value hit = b.compare(u, b.convert(p, ElementType::kF32), hlo::Compare::kLt);
+    return std::vector<Value>{b.convert(hit, b.element_type(p))};
+  }, {"aten::bernoulli.out"}, {}, {}, /*random=*/true);
+  // bernoulli_.Tensor(self, p, generator)
+  register_lowering("aten::bernoulli.Tensor", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value self = ctx.tensor(0);
+    auto dims = b.dims(self);
+    Value u = uniform01(ctx, dims, ElementType::kF32);
+    Value p = broadcast_to(b, b.convert(ctx.tensor(1), ElementType::kF32), dims);
+    return std::vector<Value>{b.convert(b.compare(u, p, hlo::Compare::kLt), b.element_type(self))};
+  }, {"aten::bernoulli_.Tensor"}, {}, {0}, /*random=*/true);
+
+  // native_dropout(input, p, train) -> (output, mask)
+  register_lowering("aten::native_dropout", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    auto dims = b.dims(x);
+    ElementType t = b.element_type(x);
+    bool train = ctx.is_none(2) || ctx.bool_arg(2);
+    if (!train) return std::vector<Value>{x, b.splat(b.constant_bool(true), dims)};
+    ElementType c = float_compute(t);
+    Value p = b.splat(ctx.scalar(1, c), dims);
+    Value keep = b.compare(uniform01(ctx, dims, c), p, hlo::Compare::kGe);
+    // Scaled by 1 / (1 - p); p == 1 drops everything (no division by zero).
+    Value one = b.splat(b.constant(1.0, c), dims);
+    Value scale = b.select(b.compare(p, one, hlo::Compare::kLt), b.binary("divide", one, b.binary("subtract", one, p)),
+                           b.zeros(TensorType{c, dims}));
+    Value y = b.select(keep, b.binary("multiply", b.convert(x, c), scale), b.zeros(TensorType{c, dims}));
+    return std::vector<Value>{b.convert(y, t), keep};
+  }, {"aten::native_dropout.out"}, {}, {}, /*random=*/true);
+  register_lowering("aten::native_dropout_backward", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value g = ctx.tensor(0);
+    ElementType t = b.element_type(g);
+    Value mask = b.convert(ctx.tensor(1), ElementType::kPred);
+    Value scale = b.splat(ctx.scalar(2, t), b.dims(g));
+    return std::vector<Value>{b.select(mask, b.binary("multiply", g, scale), b.zeros(b.type(g)))};
+  }, {"aten::native_dropout_backward.out"});
+
+  // random_.from(self, from, to, generator): integers in [from, to).
+  auto random_range = [](LoweringContext& ctx, Value self, Value from, Value span) {
+    Builder& b = ctx.b;
+    auto dims = b.dims(self);
+    Value bits = ctx.random_bits(TensorType{ElementType::kU64, dims});
+    Value r = b.binary("remainder", bits, b.convert(span, ElementType::kU64));
+    Value v = b.binary("add", b.convert(from, ElementType::kS64), b.convert(r, ElementType::kS64));
+    return b.convert(v, b.element_type(self));
+  };
+  register_lowering("aten::random.from", [random_range](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value self = ctx.tensor(0);
+    auto dims = b.dims(self);
+    TORCH_CHECK(!ctx.is_none(2), "torch_pjrt: random_(from, to=None) is not supported on tpu");
+    Value from = b.splat(ctx.scalar(1, ElementType::kS64), dims);
+    Value to = b.splat(ctx.scalar(2, ElementType::kS64), dims);
+    return std::vector<Value>{random_range(ctx, self, from, b.binary("subtract", to, from))};
+  }, {"aten::random_.from"}, {}, {0}, /*random=*/true);
+  register_lowering("aten::random.to", [random_range](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value self = ctx.tensor(0);
+    auto dims = b.dims(self);
+    return std::vector<Value>{random_range(ctx, self, b.zeros(TensorType{ElementType::kS64, dims}),
+                                           b.splat(ctx.scalar(1, ElementType::kS64), dims))};
+  }, {"aten::random_.to"}, {}, {0}, /*random=*/true);
+
+  // randperm.generator_out(n, generator, out): sort random keys.
+  register_lowering("aten::randperm.generator_out", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    int64_t n = ctx.int_arg(0);
+    TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
+    Value keys = ctx.random_bits(TensorType{ElementType::kU64, {n}});
+    Value idx = b.iota(TensorType{ElementType::kS64, {n}}, 0);
+    auto sorted = b.sort({keys, idx}, 0, true, [](Builder& r, const std::vector<Value>& a) {
+      return std::vector<Value>{r.compare(a[0], a[1], hlo::Compare::kLt)};
+    });
+    return std::vector<Value>{sorted[1]};
+  }, {}, {}, {}, /*random=*/true);
+});
+
+}  // namespace
+}  // namespace torch_pjrt::ops

@@ -1,0 +1,83 @@
+"""Random numbers drawn on the device: distributions within statistical
+bounds, reproducible from a seed, generator state round trips."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import torch_pjrt
+
+NAME = torch_pjrt.settings().device_name
+N = 200_000
+
+
+def z_ok(mean: float, expected: float, std: float, n: int = N) -> bool:
+    return abs(mean - expected) < 5 * std / math.sqrt(n)  # a 5-sigma bound
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_uniform_and_normal_statistics(dtype):
+    torch.manual_seed(1)
+    u = torch.rand(N, device=NAME, dtype=dtype).double().cpu()
+    assert 0 <= u.min().item() and u.max().item() < 1
+    assert z_ok(u.mean().item(), 0.5, math.sqrt(1 / 12))
+    assert abs(u.var().item() - 1 / 12) < 0.01
+    n = torch.randn(N, device=NAME, dtype=dtype).double().cpu()
+    assert z_ok(n.mean().item(), 0.0, 1.0)
+    assert abs(n.var().item() - 1.0) < 0.03
+    x = torch.empty(N, device=NAME, dtype=dtype).uniform_(-2, 6).double().cpu()
+    assert -2 <= x.min().item() and x.max().item() < 6 and z_ok(x.mean().item(), 2.0, 8 / math.sqrt(12))
+    y = torch.empty(N, device=NAME, dtype=dtype).normal_(3, 0.5).double().cpu()
+    assert z_ok(y.mean().item(), 3.0, 0.5) and abs(y.std().item() - 0.5) < 0.02
+
+
+def test_integers_bernoulli_dropout_randperm():
+    torch.manual_seed(2)
+    r = torch.randint(-3, 7, (N,), device=NAME).cpu()
+    assert r.min().item() == -3 and r.max().item() == 6
+    assert z_ok(r.double().mean().item(), 1.5, math.sqrt((10**2 - 1) / 12))
+    b = torch.bernoulli(torch.full((N,), 0.3, device=NAME)).cpu()
+    assert set(b.unique().tolist()) <= {0.0, 1.0} and z_ok(b.mean().item(), 0.3, math.sqrt(0.21))
+    b2 = torch.empty(N, device=NAME).bernoulli_(0.8).cpu()
+    assert z_ok(b2.mean().item(), 0.8, 0.4)
+    d = torch.nn.functional.dropout(torch.ones(N, device=NAME), p=0.25).cpu()
+    assert set(d.unique().tolist()) == {0.0, torch.tensor(4 / 3).item()}
+    assert z_ok((d == 0).double().mean().item(), 0.25, math.sqrt(0.25 * 0.75))
+    p = torch.randperm(1000, device=NAME).cpu()
+    assert sorted(p.tolist()) == list(range(1000)) and p.tolist() != list(range(1000))
+
+
+def test_seed_reproduces_runs_and_streams_advance():
+    torch.manual_seed(123)
+    a = torch.randn(1000, device=NAME).cpu()
+    b = torch.randn(1000, device=NAME).cpu()
+    torch.manual_seed(123)
+    assert torch.equal(torch.randn(1000, device=NAME).cpu(), a)
+    assert torch.equal(torch.randn(1000, device=NAME).cpu(), b)
+    assert not torch.equal(a, b)
+
+
+def test_generator_objects_and_state_round_trip():
+    g = torch.Generator(NAME)
+    g.manual_seed(7)
+    x = torch.rand(100, device=NAME, generator=g).cpu()
+    g.manual_seed(7)
+    assert torch.equal(torch.rand(100, device=NAME, generator=g).cpu(), x)
+    state = getattr(torch, NAME).get_rng_state()
+    y = torch.rand(100, device=NAME).cpu()
+    getattr(torch, NAME).set_rng_state(state)
+    assert torch.equal(torch.rand(100, device=NAME).cpu(), y)
+    gs = g.get_state()
+    z = torch.rand(10, device=NAME, generator=g).cpu()
+    g.set_state(gs)
+    assert torch.equal(torch.rand(10, device=NAME, generator=g).cpu(), z)
+
+
+def test_random_ops_run_on_the_device():
+    torch_pjrt.reset_metrics()
+    torch.rand(10, device=NAME), torch.randn(10, device=NAME), torch.randint(0, 5, (10,), device=NAME)
+    torch.randperm(10, device=NAME), torch.nn.functional.dropout(torch.ones(10, device=NAME), 0.5)
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
