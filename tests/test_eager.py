@@ -77,28 +77,29 @@ def test_debug_mode_runs_and_waits(python_in_subprocess):
 
 
 # --- CPU fallback -----------------------------------------------------------------
-# cumsum has no lowering yet; it stands for any op without one.
+# hypot has no lowering; it stands for any op without one.
 
 
 def test_fallback_is_counted_and_correct_for_functional_in_place_and_out():
     torch_pjrt.reset_metrics()
     host = torch.arange(12.0).reshape(3, 4)
-    x = host.to(NAME)
-    assert torch.equal(torch.cumsum(x, 1).cpu(), torch.cumsum(host, 1))
+    other = torch.full((3, 4), 2.0)
+    x, o = host.to(NAME), other.to(NAME)
+    assert torch.equal(torch.hypot(x, o).cpu(), torch.hypot(host, other))
     y = x.clone()
-    y.cumsum_(0)
-    assert torch.equal(y.cpu(), host.cumsum(0))
+    y.hypot_(o)
+    assert torch.equal(y.cpu(), host.hypot(other))
     out = torch.empty(0, device=NAME)
-    torch.cumsum(x, 0, out=out)
-    assert torch.equal(out.cpu(), host.cumsum(0))
+    torch.hypot(x, o, out=out)
+    assert torch.equal(out.cpu(), host.hypot(other))
     view_base = x.clone()
-    view_base[1:].cumsum_(1)  # in place on a view: the base must see it
+    view_base[1:].hypot_(o[1:])  # in place on a view: the base must see it
     expected = host.clone()
-    expected[1:].cumsum_(1)
+    expected[1:].hypot_(other[1:])
     assert torch.equal(view_base.cpu(), expected)
-    # torch routes cumsum, cumsum_ and out= through its out= kernel.
+    # torch routes hypot, hypot_ and out= through its out= kernel.
     counts = torch_pjrt.metrics()["fallback_ops"]
-    assert sum(n for op, n in counts.items() if op.startswith("aten::cumsum")) == 4, counts
+    assert sum(n for op, n in counts.items() if op.startswith("aten::hypot")) == 4, counts
 
 
 def test_fallback_warns_once_per_op(python_in_subprocess):
@@ -109,8 +110,8 @@ def test_fallback_warns_once_per_op(python_in_subprocess):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for _ in range(3):
-                torch.cumsum(x, 0)
-        print(sum("aten::cumsum" in str(w.message) for w in caught))
+                torch.hypot(x, x)
+        print(sum("aten::hypot" in str(w.message) for w in caught))
         """
     )
     assert result.returncode == 0, result.stderr
@@ -123,9 +124,9 @@ def test_fallback_error_mode_names_the_op(python_in_subprocess):
         import torch, torch_pjrt
         x = torch.ones(5).to("{NAME}")
         try:
-            torch.cumsum(x, 0)
+            torch.hypot(x, x)
         except NotImplementedError as e:
-            print("raised:", "aten::cumsum" in str(e))
+            print("raised:", "aten::hypot" in str(e))
         print((x + 1).sum().item())
         """,
         {"TORCH_PJRT_FALLBACK": "error"},

@@ -21,7 +21,9 @@ CASES = [
     OpCase("tan", rtol_scale=5), OpCase("tanh"), OpCase("sigmoid"), OpCase("asin"),
     OpCase("acos"), OpCase("atan"), OpCase("sinh"), OpCase("cosh"), OpCase("asinh"),
     OpCase("acosh"), OpCase("atanh"), OpCase("erf"), OpCase("erfinv", rtol_scale=5),
-    OpCase("lgamma", rtol_scale=5), OpCase("digamma", rtol_scale=10), OpCase("reciprocal"),
+    OpCase("lgamma", rtol_scale=5),
+    OpCase("digamma", rtol_scale=10),
+    OpCase("reciprocal"),
     OpCase("neg"), OpCase("abs"), OpCase("sign"), OpCase("floor"), OpCase("ceil"),
     OpCase("round"), OpCase("trunc"), OpCase("bitwise_not"), OpCase("logical_not"),
     # binary
@@ -65,3 +67,23 @@ def test_op_matches_cpu(case: OpCase, dtype: torch.dtype):
         pytest.skip(f"{case_id(case)} has no CPU support or samples for {dtype}")
     fallbacks = torch_pjrt.metrics()["fallback_ops"]
     assert fallbacks == {}, f"{case_id(case)} fell back to the CPU: {fallbacks}"
+
+
+DIFFERENTIABLE = [c for c in CASES if c.name not in {
+    "zeros_like", "ones_like", "full_like", "fill", "zero_", "arange", "linspace", "eye",
+    "new_zeros", "new_ones", "new_full", "bitwise_not", "logical_not", "bitwise_and",
+    "bitwise_or", "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
+    "logical_or", "logical_xor", "any", "all", "argmax", "argmin", "sign", "floor", "ceil",
+    "round", "trunc"}]
+
+
+@pytest.mark.parametrize("case", DIFFERENTIABLE, ids=case_id)
+def test_backward_matches_cpu(case: OpCase):
+    """The backward ops autograd runs for these ops, in float32, on the device."""
+    from op_parity import check_gradients
+
+    torch_pjrt.reset_metrics()
+    if check_gradients(case) == 0:
+        pytest.skip(f"{case_id(case)} has no differentiable samples")
+    fallbacks = torch_pjrt.metrics()["fallback_ops"]
+    assert fallbacks == {}, f"{case_id(case)} backward fell back to the CPU: {fallbacks}"

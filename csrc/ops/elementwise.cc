@@ -91,6 +91,39 @@ void register_unary() {
     }
     return b.unary("sign", x);
   });
+  // sgn is sign for real numbers (autograd's abs and norm backward use it).
+  unary_same("sgn", [](Builder& b, Value x) {
+    ElementType t = b.element_type(x);
+    if (t == ElementType::kPred) return x;
+    if (hlo::is_unsigned_int(t)) {
+      Value zero = b.zeros(TensorType{t, b.dims(x)});
+      return b.convert(b.compare(x, zero, hlo::Compare::kNe), t);
+    }
+    return b.unary("sign", x);
+  });
+  register_lowering("aten::polygamma", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    int64_t n = ctx.int_arg(0);
+    TORCH_CHECK(n >= 0, "polygamma(n, x) does not support negative n.");
+    c10::ScalarType type = float_type(ctx.dtype(1));
+    Value x = convert(b, ctx.tensor(1), opmath_type(type));
+    Value order = b.splat(b.constant(static_cast<double>(n), b.element_type(x)), b.dims(x));
+    Value r = b.binary("chlo.polygamma", order, x);
+    if (n == 1) {
+      // XLA's polygamma is inaccurate for negative x (9.80 vs 7.74 at
+      // -8.48); trigamma's reflection formula maps them to positive ones:
+      // psi1(x) = pi^2 / sin^2(pi x) - psi1(1 - x).
+      auto dims = b.dims(x);
+      ElementType t = b.element_type(x);
+      Value one = b.splat(b.constant(1.0, t), dims);
+      Value pi = b.splat(b.constant(M_PI, t), dims);
+      Value s = b.unary("sine", b.binary("multiply", pi, x));
+      Value reflected = b.binary("subtract", b.binary("divide", b.binary("multiply", pi, pi), b.binary("multiply", s, s)),
+                                 b.binary("chlo.polygamma", order, b.binary("subtract", one, x)));
+      r = b.select(b.compare(x, b.zeros(TensorType{t, dims}), hlo::Compare::kLt), reflected, r);
+    }
+    return std::vector<Value>{convert(b, r, type)};
+  }, {"aten::polygamma.out"});
   // Rounding ops are the identity on integers, as in torch.
   auto rounding = [](const char* hlo_op) {
     return [hlo_op](Builder& b, Value x) {
