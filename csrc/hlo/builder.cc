@@ -522,6 +522,25 @@ std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dim, 
                    results, std::move(regions));
 }
 
+Value Builder::convolution(Value lhs, Value rhs, const ConvAttrs& a,
+                           const std::vector<int64_t>& result_dims, ElementType result_type) {
+  std::string padding = "dense<[";
+  for (size_t i = 0; i < a.padding.size(); ++i) {
+    padding += (i ? ", [" : "[") + std::to_string(a.padding[i].first) + ", " +
+               std::to_string(a.padding[i].second) + "]";
+  }
+  padding += "]> : tensor<" + std::to_string(a.padding.size()) + "x2xi64>";
+  if (a.padding.empty()) padding = "dense<0> : tensor<0x2xi64>";
+  return add_node("convolution", {lhs, rhs},
+                  "batch_group_count = " + std::to_string(a.batch_group_count) +
+                      " : i64, dimension_numbers = #stablehlo.conv<" + a.dimension_numbers +
+                      ">, feature_group_count = " + std::to_string(a.feature_group_count) +
+                      " : i64, lhs_dilation = " + i64_array(a.lhs_dilation) + ", padding = " +
+                      padding + ", rhs_dilation = " + i64_array(a.rhs_dilation) +
+                      ", window_strides = " + i64_array(a.window_strides),
+                  {TensorType{result_type, result_dims}});
+}
+
 std::vector<Value> Builder::rng_bit_generator(Value state, const TensorType& bits_type) {
   TensorType state_type = type(state);
   if (state_type != TensorType{ElementType::kU64, {2}}) {

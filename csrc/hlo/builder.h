@@ -122,6 +122,21 @@ class Builder {
   std::vector<Value> sort(const std::vector<Value>& inputs, int64_t dim, bool stable,
                           const RegionFn& comparator);
 
+  // N-d convolution in the layout `dimension_numbers`, e.g. for 2-D
+  // "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]". The result dims are computed
+  // by the caller (they follow from the numbers and the window attributes).
+  struct ConvAttrs {
+    std::vector<int64_t> window_strides;
+    std::vector<std::pair<int64_t, int64_t>> padding;
+    std::vector<int64_t> lhs_dilation;
+    std::vector<int64_t> rhs_dilation;
+    int64_t feature_group_count = 1;
+    int64_t batch_group_count = 1;
+    std::string dimension_numbers;
+  };
+  Value convolution(Value lhs, Value rhs, const ConvAttrs& attrs,
+                    const std::vector<int64_t>& result_dims, ElementType result_type);
+
   // Random bits from a counter-based generator: `state` is ui64[2] (key and
   // counter); returns {new_state, bits of `type`}.
   std::vector<Value> rng_bit_generator(Value state, const TensorType& bits_type);
