@@ -479,6 +479,16 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
   }
   outputs.resize(checks.first);
 
+  // Arguments the op updates without saying so in its schema come last.
+  std::vector<at::Tensor> mutated;
+  for (int i : lowering->mutated_args) {
+    if (args[i].isTensor() && args[i].toTensor().defined()) mutated.push_back(args[i].toTensor());
+  }
+  for (size_t m = 0; m < mutated.size(); ++m) {
+    write_tensor(mutated[m], outputs[outputs.size() - mutated.size() + m]);
+  }
+  outputs.resize(outputs.size() - mutated.size());
+
   if (shape.variant == Variant::kFunctional) {
     for (size_t i = 0; i < outputs.size(); ++i) {
       const hlo::TensorType& type = program->outputs[i];

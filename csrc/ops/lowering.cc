@@ -24,9 +24,10 @@ Registry& registry() {
 
 void register_lowering(const std::string& op, LoweringFn fn, std::vector<std::string> aliases,
                        std::vector<int> static_scalars, std::vector<int> shape_only,
-                       bool random) {
-  auto lowering = std::make_shared<Lowering>(
-      Lowering{op, std::move(fn), std::move(static_scalars), std::move(shape_only), random});
+                       bool random, std::vector<int> mutated_args) {
+  auto lowering = std::make_shared<Lowering>(Lowering{op, std::move(fn), std::move(static_scalars),
+                                                      std::move(shape_only), random,
+                                                      std::move(mutated_args)});
   auto& names = registry().by_name;
   TORCH_INTERNAL_ASSERT(!names.count(op), "torch_pjrt: two lowerings for ", op);
   names[op] = lowering;

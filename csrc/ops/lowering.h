@@ -108,13 +108,18 @@ struct Lowering {
   // Draws random numbers: the kernel passes the generator's (seed, offset)
   // as a runtime parameter and advances the offset (LoweringContext::random_bits).
   bool random = false;
+  // Tensor arguments the op updates in place although its schema does not
+  // say so (native_batch_norm's running statistics). The lowering returns
+  // their new values after its outputs, for the defined ones, in order.
+  std::vector<int> mutated_args;
 };
 
 // Registers `fn` for the functional op `op` and for its in-place and out=
 // variants `aliases` ("aten::add_.Tensor", "aten::add.out").
 void register_lowering(const std::string& op, LoweringFn fn,
                        std::vector<std::string> aliases = {}, std::vector<int> static_scalars = {},
-                       std::vector<int> shape_only = {}, bool random = false);
+                       std::vector<int> shape_only = {}, bool random = false,
+                       std::vector<int> mutated_args = {});
 
 // The lowering for `op` or one of its variants; null when none is registered.
 const Lowering* find_lowering(const std::string& op);

@@ -33,6 +33,119 @@ Value broadcast_param(Builder& b, Value p, const std::vector<int64_t>& dims) {
   return broadcast_to(b, p, dims);
 }
 
+// Per-channel statistics over every dim but 1 (N, C, *spatial).
+std::vector<int64_t> all_but_channel(int64_t rank) {
+  std::vector<int64_t> dims = {0};
+  for (int64_t i = 2; i < rank; ++i) dims.push_back(i);
+  return dims;
+}
+
+Value channel_broadcast(Builder& b, Value per_channel, const std::vector<int64_t>& dims) {
+  return b.broadcast_in_dim(per_channel, dims, {1});
+}
+
+LoweringRegistrar batch_norm_registrar([] {
+  // native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+  //   -> (out, save_mean, save_invstd); running stats updated in training.
+  register_lowering("aten::native_batch_norm", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = ctx.dtype(0);
+    ElementType acc = et(opmath_type(type));
+    Value x = b.convert(ctx.tensor(0), acc);
+    auto dims = b.dims(x);
+    TORCH_CHECK(dims.size() >= 2, "batch_norm: expected at least 2D input (got ", dims.size(), "D input)");
+    int64_t channels = dims[1];
+    auto reduced = all_but_channel(static_cast<int64_t>(dims.size()));
+    double n = 1;
+    for (int64_t d : reduced) n *= static_cast<double>(dims[d]);
+    bool training = ctx.bool_arg(5);
+    Value eps = b.splat(ctx.scalar(7, acc), {channels});
+    Value mean, var;
+    bool have_running = !ctx.is_none(3) && !ctx.is_none(4);
+    if (training) {
+      TORCH_CHECK(n > 1, "Expected more than 1 value per channel when training, got input size ",
+                  c10::IntArrayRef(dims));
+      mean = b.binary("divide", reduce(b, x, reduced, ReduceKind::kSum), b.splat(b.constant(n, acc), {channels}));
+      Value centered = b.binary("subtract", x, channel_broadcast(b, mean, dims));
+      var = b.binary("divide", reduce(b, b.binary("multiply", centered, centered), reduced, ReduceKind::kSum),
+                     b.splat(b.constant(n, acc), {channels}));
+    } else {
+      TORCH_CHECK(have_running, "running_mean and running_var must be defined in evaluation mode");
+      mean = b.convert(ctx.tensor(3), acc);
+      var = b.convert(ctx.tensor(4), acc);
+    }
+    Value invstd = b.unary("rsqrt", b.binary("add", var, eps));
+    Value y = b.binary("multiply", b.binary("subtract", x, channel_broadcast(b, mean, dims)),
+                       channel_broadcast(b, invstd, dims));
+    if (!ctx.is_none(1)) y = b.binary("multiply", y, channel_broadcast(b, b.convert(ctx.tensor(1), acc), dims));
+    if (!ctx.is_none(2)) y = b.binary("add", y, channel_broadcast(b, b.convert(ctx.tensor(2), acc), dims));
+    std::vector<Value> out = {b.convert(y, et(type))};
+    if (training) {
+      out.push_back(mean);
+      out.push_back(invstd);
+    } else {
+      out.push_back(b.zeros(TensorType{acc, {0}}));
+      out.push_back(b.zeros(TensorType{acc, {0}}));
+    }
+    if (training && have_running) {
+      // running = (1 - momentum) * running + momentum * stat, with the
+      // unbiased variance, as torch does.
+      Value m = b.splat(ctx.scalar(6, acc), {channels});
+      Value keep = b.binary("subtract", b.splat(b.constant(1.0, acc), {channels}), m);
+      Value unbiased = b.binary("multiply", var, b.splat(b.constant(n / std::max(1.0, n - 1), acc), {channels}));
+      Value rm = b.binary("add", b.binary("multiply", keep, b.convert(ctx.tensor(3), acc)), b.binary("multiply", m, mean));
+      Value rv = b.binary("add", b.binary("multiply", keep, b.convert(ctx.tensor(4), acc)), b.binary("multiply", m, unbiased));
+      out.push_back(convert(b, rm, ctx.dtype(3)));
+      out.push_back(convert(b, rv, ctx.dtype(4)));
+    } else if (have_running) {
+      out.push_back(ctx.tensor(3));  // unchanged
+      out.push_back(ctx.tensor(4));
+    }
+    return out;
+  }, {}, {}, {}, false, /*mutated_args=*/{3, 4});
+
+  // native_batch_norm_backward(grad_out, input, weight, running_mean, running_var,
+  //                            save_mean, save_invstd, train, eps, output_mask)
+  register_lowering("aten::native_batch_norm_backward", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = ctx.dtype(1);
+    ElementType acc = et(opmath_type(type));
+    Value g = b.convert(ctx.tensor(0), acc), x = b.convert(ctx.tensor(1), acc);
+    auto dims = b.dims(x);
+    int64_t channels = dims[1];
+    auto reduced = all_but_channel(static_cast<int64_t>(dims.size()));
+    double n = 1;
+    for (int64_t d : reduced) n *= static_cast<double>(dims[d]);
+    bool train = ctx.bool_arg(7);
+    Value mean, invstd;
+    if (train) {
+      mean = b.convert(ctx.tensor(5), acc);
+      invstd = b.convert(ctx.tensor(6), acc);
+    } else {
+      mean = b.convert(ctx.tensor(3), acc);
+      Value eps = b.splat(ctx.scalar(8, acc), {channels});
+      invstd = b.unary("rsqrt", b.binary("add", b.convert(ctx.tensor(4), acc), eps));
+    }
+    Value w = ctx.is_none(2) ? b.splat(b.constant(1.0, acc), {channels}) : b.convert(ctx.tensor(2), acc);
+    Value xhat = b.binary("multiply", b.binary("subtract", x, channel_broadcast(b, mean, dims)),
+                          channel_broadcast(b, invstd, dims));
+    Value sum_g = reduce(b, g, reduced, ReduceKind::kSum);
+    Value sum_gx = reduce(b, b.binary("multiply", g, xhat), reduced, ReduceKind::kSum);
+    Value scale = b.binary("multiply", w, invstd);
+    Value dx;
+    if (train) {
+      Value inv_n = b.splat(b.constant(1.0 / n, acc), {channels});
+      Value term = b.binary("subtract", g, channel_broadcast(b, b.binary("multiply", sum_g, inv_n), dims));
+      term = b.binary("subtract", term, b.binary("multiply", xhat, channel_broadcast(b, b.binary("multiply", sum_gx, inv_n), dims)));
+      dx = b.binary("multiply", term, channel_broadcast(b, scale, dims));
+    } else {
+      dx = b.binary("multiply", g, channel_broadcast(b, scale, dims));
+    }
+    c10::ScalarType wtype = ctx.is_none(2) ? type : ctx.dtype(2);
+    return std::vector<Value>{b.convert(dx, et(type)), convert(b, sum_gx, wtype), convert(b, sum_g, wtype)};
+  });
+});
+
 LoweringRegistrar registrar([] {
   register_lowering("aten::native_layer_norm", [](LoweringContext& ctx) {
     Builder& b = ctx.b;

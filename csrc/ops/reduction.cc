@@ -233,6 +233,27 @@ void register_var_std() {
       return std::vector<Value>{finish(b, convert(b, v, type), in, dims, ctx.bool_arg(3))};
     }, {"aten::" + name + ".correction_out"}, /*static_scalars=*/{2});
   }
+  // var_mean(self, dim, correction, keepdim) -> (var, mean)
+  register_lowering("aten::var_mean.correction", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = float_type(ctx.dtype(0));
+    c10::ScalarType acc = accumulate_type(type);
+    Value x = convert(b, ctx.tensor(0), acc);
+    auto in = b.dims(x);
+    auto dims = reduced_dims(ctx, 1, b.type(x).rank());
+    double correction = ctx.is_none(2) ? 1.0 : ctx.ivalue(2).toScalar().toDouble();
+    int64_t n = 1;
+    for (int64_t d : dims) n *= in[d];
+    Value sum = reduce(b, x, dims, ReduceKind::kSum);
+    Value mean = b.binary("divide", sum, b.splat(b.constant(static_cast<double>(n), et(acc)), b.dims(sum)));
+    Value centered = b.binary("subtract", x, expand_reduced(b, mean, in, dims));
+    Value sq = reduce(b, b.binary("multiply", centered, centered), dims, ReduceKind::kSum);
+    double denom = std::max(0.0, static_cast<double>(n) - correction);
+    Value var = b.binary("divide", sq, b.splat(b.constant(denom, et(acc)), b.dims(sq)));
+    bool keepdim = ctx.bool_arg(3);
+    return std::vector<Value>{finish(b, convert(b, var, type), in, dims, keepdim),
+                              finish(b, convert(b, mean, type), in, dims, keepdim)};
+  }, {"aten::var_mean.correction_out"}, /*static_scalars=*/{2});
 }
 
 void register_logical_and_norms() {
