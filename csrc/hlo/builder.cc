@@ -522,6 +522,47 @@ std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dim, 
                    results, std::move(regions));
 }
 
+std::vector<Value> Builder::reduce_window(const std::vector<Value>& inputs,
+                                          const std::vector<Value>& inits, const WindowAttrs& w,
+                                          const RegionFn& body) {
+  if (inputs.empty() || inputs.size() != inits.size()) {
+    fail("reduce_window", "needs as many initial values as inputs");
+  }
+  const std::vector<int64_t> in = type(inputs[0]).dims;
+  size_t rank = in.size();
+  if (w.dimensions.size() != rank || w.strides.size() != rank || w.dilations.size() != rank ||
+      w.padding.size() != rank) {
+    fail("reduce_window", "window attributes need one entry per dimension");
+  }
+  std::vector<int64_t> out;
+  std::string padding = "dense<[";
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t padded = in[i] + w.padding[i].first + w.padding[i].second;
+    int64_t span = (w.dimensions[i] - 1) * w.dilations[i] + 1;
+    if (padded < span) fail("reduce_window", "window larger than the padded input");
+    out.push_back((padded - span) / w.strides[i] + 1);
+    padding += (i ? ", [" : "[") + std::to_string(w.padding[i].first) + ", " +
+               std::to_string(w.padding[i].second) + "]";
+  }
+  padding += "]> : tensor<" + std::to_string(rank) + "x2xi64>";
+  std::vector<TensorType> results, scalars;
+  for (Value v : inputs) {
+    results.push_back(TensorType{type(v).type, out});
+    scalars.push_back(TensorType{type(v).type, {}});
+  }
+  std::vector<TensorType> block = scalars;
+  block.insert(block.end(), scalars.begin(), scalars.end());
+  std::vector<std::unique_ptr<Builder>> regions;
+  regions.push_back(region(block, body));
+  std::vector<Value> operands = inputs;
+  operands.insert(operands.end(), inits.begin(), inits.end());
+  return add_multi("reduce_window", operands,
+                   "padding = " + padding + ", window_dilations = " + i64_array(w.dilations) +
+                       ", window_dimensions = " + i64_array(w.dimensions) +
+                       ", window_strides = " + i64_array(w.strides),
+                   results, std::move(regions));
+}
+
 Value Builder::convolution(Value lhs, Value rhs, const ConvAttrs& a,
                            const std::vector<int64_t>& result_dims, ElementType result_type) {
   std::string padding = "dense<[";

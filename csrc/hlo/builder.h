@@ -122,6 +122,17 @@ class Builder {
   std::vector<Value> sort(const std::vector<Value>& inputs, int64_t dim, bool stable,
                           const RegionFn& comparator);
 
+  // Reduces windows of `inputs` (same dims) with `body` ((accumulators...,
+  // elements...) -> accumulators). `padding` pads with the init values.
+  struct WindowAttrs {
+    std::vector<int64_t> dimensions;
+    std::vector<int64_t> strides;
+    std::vector<int64_t> dilations;
+    std::vector<std::pair<int64_t, int64_t>> padding;
+  };
+  std::vector<Value> reduce_window(const std::vector<Value>& inputs, const std::vector<Value>& inits,
+                                   const WindowAttrs& window, const RegionFn& body);
+
   // N-d convolution in the layout `dimension_numbers`, e.g. for 2-D
   // "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]". The result dims are computed
   // by the caller (they follow from the numbers and the window attributes).
