@@ -79,3 +79,20 @@ def test_argsort_and_sort_indices_without_ties():
         assert torch.equal(indices.cpu(), expected_indices)
     top = d.topk(5, dim=1)
     assert torch.equal(top.indices.cpu(), x.topk(5, dim=1).indices)
+
+
+NN_CASES = [
+    OpCase("nn.functional.conv1d", rtol_scale=10), OpCase("nn.functional.conv2d", rtol_scale=10),
+    OpCase("nn.functional.conv_transpose2d", rtol_scale=10),
+    OpCase("nn.functional.max_pool2d"), OpCase("nn.functional.avg_pool2d"),
+    OpCase("nn.functional.adaptive_avg_pool2d"), OpCase("nn.functional.batch_norm", rtol_scale=5),
+]
+
+
+@pytest.mark.parametrize("case", NN_CASES, ids=case_id)
+def test_nn_forward_and_backward_match_cpu(case: OpCase):
+    torch_pjrt.reset_metrics()
+    ran = check_samples(case, torch.float32) + check_gradients(case)
+    if ran == 0:
+        pytest.skip(f"{case_id(case)} has no samples")
+    assert torch_pjrt.metrics()["fallback_ops"] == {}

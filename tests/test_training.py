@@ -122,6 +122,7 @@ def test_fallback_error_mode_trains_both_models(python_in_subprocess):
         """
         import torch, torch_pjrt, test_training as t
         for make_model, data, loss in [(t.mlp, t.regression_data(), torch.nn.functional.mse_loss),
+                                       (t.cnn, t.image_data(), torch.nn.functional.cross_entropy),
                                        (t.encoder, t.sequence_data(), torch.nn.functional.cross_entropy)]:
             t.train(t.NAME, make_model, data, loss, t.OPTIMIZERS["adamw_foreach"], steps=3)
         print("ok", torch_pjrt.metrics()["fallback_ops"])
@@ -172,3 +173,29 @@ def test_checkpoint_resume_gives_the_same_losses(tmp_path):
     cpu_model = mlp()
     cpu_model.load_state_dict(cpu_state["model"])
     torch.testing.assert_close(cpu_model(x.cpu()), model(x).cpu(), rtol=1e-5, atol=1e-5)
+
+
+def cnn() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3, padding=1, groups=2),
+        torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(8, 4),
+    )
+
+
+def image_data():
+    g = torch.Generator().manual_seed(2)
+    return torch.randn(8, 3, 12, 12, generator=g), torch.randint(0, 4, (8,), generator=g)
+
+
+def test_small_cnn_matches_cpu():
+    make_opt = OPTIMIZERS["sgd_nesterov"]
+    expected = train("cpu", cnn, image_data(), torch.nn.functional.cross_entropy, make_opt)
+    torch_pjrt.reset_metrics()
+    counts: list[int] = []
+    got = train(NAME, cnn, image_data(), torch.nn.functional.cross_entropy, make_opt,
+                compile_counts=counts)
+    torch.testing.assert_close(got, expected, rtol=5e-4, atol=5e-5)
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+    assert counts[-1] == counts[1], counts

@@ -202,6 +202,12 @@ LoweringRegistrar registrar([] {
       // forward convolution of g, and dw its weight gradient with g as the
       // input and x as the output gradient, already in w's layout.
       grad_input = conv_forward(b, g, wa, p, acc);
+      // output_padding may reach past the last input position (it may be
+      // as large as the dilation): that part has no input to flow back to.
+      auto gi = b.dims(grad_input);
+      std::vector<int64_t> lo(gi.size(), 0), hi = gi, st(gi.size(), 1);
+      for (int64_t i = 0; i < p.spatial; ++i) hi[2 + i] = std::min(gi[2 + i], in[i]);
+      grad_input = b.slice(grad_input, lo, hi, st);
       grad_weight = per_group(b, p.groups, g, 1, xa, 1, 0, [&](Value gg, Value xg) {
         return conv_weight_grad(b, gg, xg, p, k, acc);
       });
