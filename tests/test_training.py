@@ -199,3 +199,47 @@ def test_small_cnn_matches_cpu():
     torch.testing.assert_close(got, expected, rtol=5e-4, atol=5e-5)
     assert torch_pjrt.metrics()["fallback_ops"] == {}
     assert counts[-1] == counts[1], counts
+
+
+def test_autocast_policy_and_training():
+    mod = getattr(torch, NAME)
+    assert mod.is_bf16_supported() and torch.get_autocast_dtype(NAME) == torch.bfloat16
+    torch.manual_seed(0)
+    model = mlp().to(NAME)
+    x, y = (t.to(NAME) for t in regression_data())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(15):
+        opt.zero_grad()
+        with torch.autocast(NAME, dtype=torch.bfloat16):
+            hidden = model[0](x)
+            normed = model[4](model[3](model[2](model[1](hidden))))
+            out = model[5](normed)
+            loss = torch.nn.functional.mse_loss(out, y)
+        # matmuls in bf16; layer norm and the loss in f32
+        assert hidden.dtype == torch.bfloat16 and out.dtype == torch.bfloat16
+        assert normed.dtype == torch.float32 and loss.dtype == torch.float32
+        loss.backward()
+        assert model[0].weight.grad.dtype == torch.float32
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0]
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_bf16_parameters_train():
+    torch.manual_seed(0)
+    model = mlp().to(NAME, torch.bfloat16)
+    x, y = (t.to(NAME, torch.bfloat16) for t in regression_data())
+    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    torch_pjrt.reset_metrics()
+    losses = []
+    for _ in range(15):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert model[0].weight.dtype == torch.bfloat16
+    assert losses[-1] < 0.7 * losses[0]
+    assert torch_pjrt.metrics()["fallback_ops"] == {}

@@ -29,6 +29,8 @@ def _register_device() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_storage=True
     )
+    # TPUs compute in bfloat16: torch.autocast(name) defaults to it.
+    torch.set_autocast_dtype(name, torch.bfloat16)
 
 
 def _start_runtime() -> None:
