@@ -96,3 +96,21 @@ def test_nn_forward_and_backward_match_cpu(case: OpCase):
     if ran == 0:
         pytest.skip(f"{case_id(case)} has no samples")
     assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+MORE_NN = [
+    OpCase("nn.functional.smooth_l1_loss"), OpCase("nn.functional.binary_cross_entropy", rtol_scale=5),
+    OpCase("nn.functional.binary_cross_entropy_with_logits", rtol_scale=5),
+    OpCase("nn.functional.logsigmoid"), OpCase("xlogy"), OpCase("nn.functional.kl_div", rtol_scale=5),
+    OpCase("nn.functional.l1_loss"), OpCase("nn.functional.hardswish"),
+    OpCase("nn.functional.hardsigmoid"),
+]
+
+
+@pytest.mark.parametrize("case", MORE_NN, ids=case_id)
+def test_losses_forward_and_backward_match_cpu(case: OpCase):
+    torch_pjrt.reset_metrics()
+    ran = check_samples(case, torch.float32) + check_samples(case, torch.bfloat16) + check_gradients(case)
+    if ran == 0:
+        pytest.skip(f"{case_id(case)} has no samples")
+    assert torch_pjrt.metrics()["fallback_ops"] == {}

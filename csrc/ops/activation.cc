@@ -151,6 +151,51 @@ LoweringRegistrar registrar([] {
     Value positive = b.compare(v, splat_like(b, 0, v), hlo::Compare::kGt);
     return b.binary("multiply", x[0], b.select(positive, scale, neg_grad));
   }, {"aten::elu_backward.grad_input"});
+  activation("aten::hardsigmoid", {0}, [](Builder& b, const std::vector<Value>& x, LoweringContext&) {
+    Value r = b.binary("divide", b.binary("add", x[0], splat_like(b, 3.0, x[0])), splat_like(b, 6.0, x[0]));
+    return b.binary("minimum", b.binary("maximum", r, splat_like(b, 0.0, r)), splat_like(b, 1.0, r));
+  }, {"aten::hardsigmoid_", "aten::hardsigmoid.out"});
+  activation("aten::hardswish", {0}, [](Builder& b, const std::vector<Value>& x, LoweringContext&) {
+    Value r = b.binary("divide", b.binary("add", x[0], splat_like(b, 3.0, x[0])), splat_like(b, 6.0, x[0]));
+    r = b.binary("minimum", b.binary("maximum", r, splat_like(b, 0.0, r)), splat_like(b, 1.0, r));
+    return b.binary("multiply", x[0], r);
+  }, {"aten::hardswish_", "aten::hardswish.out"});
+  activation("aten::hardswish_backward", {0, 1}, [](Builder& b, const std::vector<Value>& x, LoweringContext&) {
+    Value v = x[1];
+    Value mid = b.binary("divide", b.binary("add", b.binary("multiply", splat_like(b, 2.0, v), v), splat_like(b, 3.0, v)),
+                         splat_like(b, 6.0, v));
+    Value d = b.select(b.compare(v, splat_like(b, -3.0, v), hlo::Compare::kLt), splat_like(b, 0.0, v),
+                       b.select(b.compare(v, splat_like(b, 3.0, v), hlo::Compare::kLe), mid, splat_like(b, 1.0, v)));
+    return b.binary("multiply", x[0], d);
+  }, {"aten::hardswish_backward.out"});
+  activation("aten::hardsigmoid_backward", {0, 1}, [](Builder& b, const std::vector<Value>& x, LoweringContext&) {
+    Value v = x[1];
+    Value inside = b.binary("and", b.compare(v, splat_like(b, -3.0, v), hlo::Compare::kGt),
+                            b.compare(v, splat_like(b, 3.0, v), hlo::Compare::kLt));
+    return b.select(inside, b.binary("divide", x[0], splat_like(b, 6.0, v)), splat_like(b, 0.0, v));
+  }, {"aten::hardsigmoid_backward.grad_input"});
+  // logit(self, eps=None) = log(x / (1 - x)), x clamped to [eps, 1 - eps].
+  activation("aten::logit", {0}, [](Builder& b, const std::vector<Value>& x, LoweringContext& ctx) {
+    Value v = x[0];
+    if (!ctx.is_none(1)) {
+      Value eps = b.splat(ctx.scalar(1, b.element_type(v)), b.dims(v));
+      v = b.binary("minimum", b.binary("maximum", v, eps),
+                   b.binary("subtract", splat_like(b, 1.0, v), eps));
+    }
+    return b.unary("log", b.binary("divide", v, b.binary("subtract", splat_like(b, 1.0, v), v)));
+  }, {"aten::logit_", "aten::logit.out"});
+  activation("aten::logit_backward", {0, 1}, [](Builder& b, const std::vector<Value>& x, LoweringContext& ctx) {
+    Value v = x[1];
+    Value d = b.binary("divide", x[0], b.binary("multiply", v, b.binary("subtract", splat_like(b, 1.0, v), v)));
+    if (!ctx.is_none(2)) {
+      Value eps = b.splat(ctx.scalar(2, b.element_type(v)), b.dims(v));
+      Value outside = b.binary("or", b.compare(v, eps, hlo::Compare::kLt),
+                               b.compare(v, b.binary("subtract", splat_like(b, 1.0, v), eps),
+                                         hlo::Compare::kGt));
+      d = b.select(outside, splat_like(b, 0.0, v), d);
+    }
+    return d;
+  }, {"aten::logit_backward.grad_input"});
   activation("aten::tanh_backward", {0, 1}, [](Builder& b, const std::vector<Value>& x,
                                                LoweringContext&) {
     Value one = splat_like(b, 1.0, x[1]);

@@ -82,6 +82,146 @@ NllParts nll_weights(LoweringContext& ctx, Value input, Value target, int64_t ig
   return {w, class_dim};
 }
 
+// Elementwise losses: compute `fn(x, target)` in opmath precision, reduce.
+using PairFn = std::function<Value(Builder&, Value, Value)>;
+
+void pointwise_loss(const std::string& op, PairFn fn, std::vector<std::string> aliases,
+                    size_t reduction_arg) {
+  register_lowering(op, [fn, reduction_arg](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = result_type(ctx, {0, 1});
+    auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, opmath_type(type));
+    return std::vector<Value>{convert(b, apply_reduction(b, fn(b, xs[0], xs[1]), ctx.int_arg(reduction_arg)), type)};
+  }, std::move(aliases));
+}
+
+// grad * fn(x, target) (* 1/n for mean), for (grad, x, target, reduction).
+void pointwise_loss_backward(const std::string& op, PairFn derivative,
+                             std::vector<std::string> aliases, size_t reduction_arg) {
+  register_lowering(op, [derivative, reduction_arg](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = ctx.dtype(1);
+    c10::ScalarType compute = opmath_type(type);
+    auto xs = promote_and_broadcast(b, {ctx.tensor(1), ctx.tensor(2)}, compute);
+    auto dims = b.dims(xs[0]);
+    Value grad = broadcast_to(b, convert(b, ctx.tensor(0), compute), dims);
+    Value d = b.binary("multiply", grad, derivative(b, xs[0], xs[1]));
+    if (ctx.int_arg(reduction_arg) == kMean) {
+      d = b.binary("divide", d, b.splat(b.constant(static_cast<double>(b.type(d).numel()), et(compute)), dims));
+    }
+    return std::vector<Value>{convert(b, d, type)};
+  }, std::move(aliases));
+}
+
+Value splat_of(Builder& b, double v, Value like) {
+  return b.splat(b.constant(v, b.element_type(like)), b.dims(like));
+}
+
+LoweringRegistrar pointwise_registrar([] {
+  // smooth_l1_loss(self, target, reduction, beta): beta is static (it picks
+  // the formula when 0).
+  register_lowering("aten::smooth_l1_loss", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = result_type(ctx, {0, 1});
+    auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, opmath_type(type));
+    double beta = ctx.double_arg(3);
+    Value d = b.unary("abs", b.binary("subtract", xs[0], xs[1]));
+    Value loss = d;
+    if (beta > 0) {
+      Value quad = b.binary("divide", b.binary("multiply", splat_of(b, 0.5, d), b.binary("multiply", d, d)), splat_of(b, beta, d));
+      loss = b.select(b.compare(d, splat_of(b, beta, d), hlo::Compare::kLt), quad,
+                      b.binary("subtract", d, splat_of(b, 0.5 * beta, d)));
+    }
+    return std::vector<Value>{convert(b, apply_reduction(b, loss, ctx.int_arg(2)), type)};
+  }, {"aten::smooth_l1_loss.out"}, /*static_scalars=*/{3});
+  register_lowering("aten::smooth_l1_loss_backward", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = ctx.dtype(1);
+    c10::ScalarType compute = opmath_type(type);
+    auto xs = promote_and_broadcast(b, {ctx.tensor(1), ctx.tensor(2)}, compute);
+    auto dims = b.dims(xs[0]);
+    double beta = ctx.double_arg(4);
+    Value diff = b.binary("subtract", xs[0], xs[1]);
+    Value sign = b.unary("sign", diff);
+    Value d = sign;
+    if (beta > 0) {
+      d = b.select(b.compare(b.unary("abs", diff), splat_of(b, beta, diff), hlo::Compare::kLt),
+                   b.binary("divide", diff, splat_of(b, beta, diff)), sign);
+    }
+    Value grad = broadcast_to(b, convert(b, ctx.tensor(0), compute), dims);
+    Value r = b.binary("multiply", grad, d);
+    if (ctx.int_arg(3) == kMean) r = b.binary("divide", r, splat_of(b, static_cast<double>(b.type(r).numel()), r));
+    return std::vector<Value>{convert(b, r, type)};
+  }, {"aten::smooth_l1_loss_backward.grad_input"}, /*static_scalars=*/{4});
+
+  // binary_cross_entropy(self, target, weight, reduction); logs clamped at -100 as torch does.
+  register_lowering("aten::binary_cross_entropy", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = ctx.dtype(0);
+    c10::ScalarType compute = opmath_type(type);
+    auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, compute);
+    Value p = xs[0], t = xs[1];
+    Value floor = splat_of(b, -100.0, p);
+    Value log_p = b.binary("maximum", b.unary("log", p), floor);
+    Value log_q = b.binary("maximum", b.unary("log", b.binary("subtract", splat_of(b, 1.0, p), p)), floor);
+    Value loss = b.unary("negate", b.binary("add", b.binary("multiply", t, log_p),
+                                            b.binary("multiply", b.binary("subtract", splat_of(b, 1.0, t), t), log_q)));
+    if (!ctx.is_none(2)) loss = b.binary("multiply", loss, broadcast_to(b, convert(b, ctx.tensor(2), compute), b.dims(loss)));
+    return std::vector<Value>{convert(b, apply_reduction(b, loss, ctx.int_arg(3)), type)};
+  }, {"aten::binary_cross_entropy.out"});
+  // binary_cross_entropy_backward(grad, self, target, weight, reduction)
+  register_lowering("aten::binary_cross_entropy_backward", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = ctx.dtype(1);
+    c10::ScalarType compute = opmath_type(type);
+    auto xs = promote_and_broadcast(b, {ctx.tensor(1), ctx.tensor(2)}, compute);
+    Value p = xs[0], t = xs[1];
+    auto dims = b.dims(p);
+    // (p - t) / max((1 - p) * p, eps), eps = 1e-12 as in torch.
+    Value denom = b.binary("maximum", b.binary("multiply", b.binary("subtract", splat_of(b, 1.0, p), p), p),
+                           splat_of(b, 1e-12, p));
+    Value d = b.binary("divide", b.binary("subtract", p, t), denom);
+    Value grad = broadcast_to(b, convert(b, ctx.tensor(0), compute), dims);
+    d = b.binary("multiply", grad, d);
+    if (!ctx.is_none(3)) d = b.binary("multiply", d, broadcast_to(b, convert(b, ctx.tensor(3), compute), dims));
+    if (ctx.int_arg(4) == kMean) d = b.binary("divide", d, splat_of(b, static_cast<double>(b.type(d).numel()), d));
+    return std::vector<Value>{convert(b, d, type)};
+  }, {"aten::binary_cross_entropy_backward.grad_input"});
+
+  // log_sigmoid_forward(self) -> (output, buffer); backward(grad, self, buffer)
+  register_lowering("aten::log_sigmoid_forward", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = ctx.dtype(0);
+    Value x = convert(b, ctx.tensor(0), opmath_type(type));
+    // -softplus(-x) = min(x, 0) - log1p(exp(-|x|))
+    Value r = b.binary("subtract", b.binary("minimum", x, splat_of(b, 0, x)),
+                       b.unary("log_plus_one", b.unary("exponential", b.unary("negate", b.unary("abs", x)))));
+    return std::vector<Value>{convert(b, r, type), b.zeros(TensorType{et(type), {0}})};
+  }, {"aten::log_sigmoid_forward.output"});
+  register_lowering("aten::log_sigmoid_backward", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = ctx.dtype(1);
+    c10::ScalarType compute = opmath_type(type);
+    Value g = convert(b, ctx.tensor(0), compute), x = convert(b, ctx.tensor(1), compute);
+    // d/dx log(sigmoid(x)) = 1 - sigmoid(x) = sigmoid(-x)
+    return std::vector<Value>{convert(b, b.binary("multiply", g, b.unary("logistic", b.unary("negate", x))), type)};
+  }, {"aten::log_sigmoid_backward.grad_input"});
+
+  // xlogy(self, other) = 0 where self == 0 (unless other is NaN)
+  auto xlogy = [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = float_type(result_type(ctx, {0, 1}));
+    auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, opmath_type(type));
+    Value r = b.binary("multiply", xs[0], b.unary("log", xs[1]));
+    Value zero = b.compare(xs[0], splat_of(b, 0, xs[0]), hlo::Compare::kEq);
+    Value y_nan = b.compare(xs[1], xs[1], hlo::Compare::kNe);
+    r = b.select(b.binary("and", zero, b.unary("not", y_nan)), splat_of(b, 0, r), r);
+    return std::vector<Value>{convert(b, r, type)};
+  };
+  register_lowering("aten::xlogy.Tensor", xlogy, {"aten::xlogy_.Tensor", "aten::xlogy.OutTensor"});
+  register_lowering("aten::xlogy.Scalar_Other", xlogy, {"aten::xlogy_.Scalar_Other", "aten::xlogy.OutScalar_Other"});
+});
+
 LoweringRegistrar registrar([] {
   register_lowering("aten::mse_loss", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
