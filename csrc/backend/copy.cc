@@ -30,8 +30,10 @@ BufferPtr upload(const at::Tensor& host, int device, bool fresh) {
   if (fresh) {
     // A temporary nobody else sees: the plugin may read it after we return.
     auto owner = std::make_shared<at::Tensor>(dense);
-    return std::make_shared<pjrt::Buffer>(
+    auto buffer = std::make_shared<pjrt::Buffer>(
         pjrt::Buffer::from_host_async(client, target, dense.data_ptr(), type, dims, owner));
+    track(device, buffer->ready_event());
+    return buffer;
   }
   // The caller's own memory: copied before returning, so the caller may
   // change it right after a blocking copy.

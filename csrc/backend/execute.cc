@@ -30,6 +30,12 @@ void remember(int device, pjrt::Event event) {
   }
 }
 
+}  // namespace
+
+void track(int device, pjrt::Event event) { remember(device, std::move(event)); }
+
+namespace {
+
 std::mutex scalar_mutex;
 std::map<std::tuple<int, int, uint64_t>, BufferPtr> scalars;
 

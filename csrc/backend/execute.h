@@ -24,6 +24,9 @@ std::vector<BufferPtr> run_program(const Program& program, const std::vector<Buf
 BufferPtr scalar_buffer(int device, pjrt::ElementType type, double value);
 BufferPtr scalar_buffer_int(int device, pjrt::ElementType type, int64_t value);
 
+// Adds work synchronize() must wait for (an upload's completion).
+void track(int device, pjrt::Event event);
+
 // Waits for every program and copy launched so far on `device` (-1: all).
 void synchronize(int device);
 

@@ -146,6 +146,38 @@ LoweringRegistrar batch_norm_registrar([] {
   });
 });
 
+LoweringRegistrar group_norm_registrar([] {
+  // native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)
+  register_lowering("aten::native_group_norm_backward", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = ctx.dtype(1);
+    ElementType acc = et(opmath_type(type));
+    int64_t n = ctx.int_arg(5), c = ctx.int_arg(6), hw = ctx.int_arg(7), groups = ctx.int_arg(8);
+    auto in_dims = b.dims(ctx.tensor(1));
+    std::vector<int64_t> grouped = {n, groups, c / groups, hw};
+    Value g = b.reshape(b.convert(ctx.tensor(0), acc), grouped);
+    Value x = b.reshape(b.convert(ctx.tensor(1), acc), grouped);
+    Value mean = b.broadcast_in_dim(b.reshape(b.convert(ctx.tensor(2), acc), {n, groups}), grouped, {0, 1});
+    Value rstd = b.broadcast_in_dim(b.reshape(b.convert(ctx.tensor(3), acc), {n, groups}), grouped, {0, 1});
+    Value xhat = b.binary("multiply", b.binary("subtract", x, mean), rstd);
+    Value w = ctx.is_none(4) ? b.splat(b.constant(1.0, acc), {c}) : b.convert(ctx.tensor(4), acc);
+    Value wg = b.broadcast_in_dim(b.reshape(w, {groups, c / groups}), grouped, {1, 2});
+    Value gw = b.binary("multiply", g, wg);
+    double count = static_cast<double>((c / groups) * hw);
+    Value inv = b.splat(b.constant(1.0 / count, acc), grouped);
+    Value mean_gw = expand_reduced(b, reduce(b, gw, {2, 3}, ReduceKind::kSum), grouped, {2, 3});
+    Value mean_gwx = expand_reduced(b, reduce(b, b.binary("multiply", gw, xhat), {2, 3}, ReduceKind::kSum), grouped, {2, 3});
+    Value dx = b.binary("multiply", rstd,
+                        b.binary("subtract", b.binary("subtract", gw, b.binary("multiply", mean_gw, inv)),
+                                 b.binary("multiply", xhat, b.binary("multiply", mean_gwx, inv))));
+    Value dweight = b.reshape(reduce(b, b.binary("multiply", g, xhat), {0, 3}, ReduceKind::kSum), {c});
+    Value dbias = b.reshape(reduce(b, g, {0, 3}, ReduceKind::kSum), {c});
+    c10::ScalarType wtype = ctx.is_none(4) ? type : ctx.dtype(4);
+    return std::vector<Value>{b.convert(b.reshape(dx, in_dims), et(type)), convert(b, dweight, wtype),
+                              convert(b, dbias, wtype)};
+  });
+});
+
 LoweringRegistrar registrar([] {
   register_lowering("aten::native_layer_norm", [](LoweringContext& ctx) {
     Builder& b = ctx.b;

@@ -7,6 +7,7 @@ starts the PJRT runtime the settings select.
 
 from __future__ import annotations
 
+import atexit
 import sys
 import warnings
 
@@ -41,8 +42,19 @@ def _start_runtime() -> None:
         warnings.warn(f"torch_pjrt: no device available: {error}", RuntimeWarning, stacklevel=3)
 
 
+def _drain_at_exit() -> None:
+    # Work still in flight when the interpreter exits would finish on plugin
+    # threads after torch's own teardown; wait for it first.
+    if _C._runtime_initialized():
+        try:
+            _C._synchronize(-1)
+        except Exception:  # an error of unread work; nothing left to tell
+            pass
+
+
 _register_device()
 _start_runtime()
+atexit.register(_drain_at_exit)
 if settings().eager == "fused":
     warnings.warn(
         "torch_pjrt: TORCH_PJRT_EAGER=fused is not implemented yet; ops run in strict eager mode",
