@@ -123,15 +123,14 @@ class Trainer:
         self.sched.step()
         return loss
 
-    def timed_step(self) -> tuple[float, float]:
-        """(seconds until the step's work is done, its loss), the loss read afterwards."""
+    def timed_step(self) -> tuple[float, torch.Tensor]:
+        """(seconds until the step's work is done, its loss)."""
         on_device = self.device != "cpu"
         start = time.perf_counter()
         loss = self.step()
         if on_device:
             sync()
-        elapsed = time.perf_counter() - start
-        return elapsed, loss.item()
+        return time.perf_counter() - start, loss
 
     def run_batch(self, n: int, item: bool) -> float:
         """Seconds for n steps; a device batch counts until its work is done."""
@@ -194,17 +193,18 @@ def bench_model(name: str, warmup: int, batches: int, target_s: float) -> dict[s
         before = counters()
         elapsed, loss = trainer.timed_step()
         first[dev] = {"ms": round(elapsed * 1e3, 3), "counters": diff(counters(), before)}
-        warm_ms[dev], losses[dev] = [], [loss]
+        warm_ms[dev], losses[dev] = [], [loss.item()]  # read after the counters
         for _ in range(warmup - 1):
             elapsed, loss = trainer.timed_step()
             warm_ms[dev].append(round(elapsed * 1e3, 3))
-            losses[dev].append(loss)
+            losses[dev].append(loss.item())
     warmup_metrics = torch_pjrt.metrics()
     loss_diff = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(losses["tpu"], losses["cpu"]))
 
     # Everything after warm-up counts, calibration included.
     before_all = counters()
     fallbacks_before = dict(warmup_metrics["fallback_ops"])
+    reasons_before = dict(warmup_metrics["recompile_reasons"])
     compile_s_before = warmup_metrics["compile_seconds"]
     n = {
         mode: steps_per_batch(trainers[mode.split("_")[0]], mode.endswith("_item"), target_s)
@@ -223,6 +223,11 @@ def bench_model(name: str, warmup: int, batches: int, target_s: float) -> dict[s
             samples[mode].append(elapsed)
     after = torch_pjrt.metrics()
     after_warmup = diff(counters(), before_all)
+    new_reasons = {
+        reason: count - reasons_before.get(reason, 0)
+        for reason, count in after["recompile_reasons"].items()
+        if count != reasons_before.get(reason, 0)
+    }
     new_fallbacks = {
         op: count - fallbacks_before.get(op, 0)
         for op, count in after["fallback_ops"].items()
@@ -279,6 +284,8 @@ def bench_model(name: str, warmup: int, batches: int, target_s: float) -> dict[s
             "steps": warmup,
             "compilations": warmup_metrics["compilations"],
             "compile_seconds": round(warmup_metrics["compile_seconds"], 3),
+            "program_cache_misses": sum(reasons_before.values()),
+            "recompile_reasons": reasons_before,
             "max_relative_loss_difference_tpu_vs_cpu": loss_diff,
         },
         **modes,
@@ -286,7 +293,7 @@ def bench_model(name: str, warmup: int, batches: int, target_s: float) -> dict[s
             "compilations": after_warmup["compilations"],
             "cache_hits_disk": after_warmup["cache_hits_disk"],
             "compile_seconds": round(after["compile_seconds"] - compile_s_before, 3),
-            "recompile_reasons": after["recompile_reasons"],
+            "recompile_reasons": new_reasons,
             "fallback_ops": new_fallbacks,
             "fallback_ops_whole_run": after["fallback_ops"],
         },
@@ -339,9 +346,11 @@ def markdown(record: dict[str, Any]) -> str:
         f"device takes longer per step (time) or does more steps per second (steps/s).\n\n"
     )
     table = [
-        "| Model | Time/step tpu/CPU | Steps/s tpu/CPU | With .item() per step: time tpu/CPU "
-        "| First step time tpu/CPU | CPU steps/s | tpu steps/s | CPU ms/step | tpu ms/step "
-        "| First step ms CPU / tpu |",
+        (
+            "| Model | Time/step tpu/CPU | Steps/s tpu/CPU "
+            "| With .item() every step: time/step (steps/s) tpu/CPU | First step time tpu/CPU "
+            "| CPU steps/s | tpu steps/s | CPU ms/step | tpu ms/step | First step ms CPU / tpu |"
+        ),
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in record["models"]:
@@ -350,6 +359,7 @@ def markdown(record: dict[str, Any]) -> str:
             f"| {r['model']} | {fmt(r['ratios']['time_per_step_tpu_over_cpu'])}x "
             f"| {fmt(r['ratios']['steps_per_s_tpu_over_cpu'])}x "
             f"| {fmt(r['ratios_with_item']['time_per_step_tpu_over_cpu'])}x "
+            f"({fmt(r['ratios_with_item']['steps_per_s_tpu_over_cpu'])}x) "
             f"| {fmt(fs['tpu_over_cpu'])}x | {fmt(r['cpu']['steps_per_s'])} "
             f"| {fmt(r['tpu']['steps_per_s'])} | {fmt(r['cpu']['ms_per_step'])} "
             f"| {fmt(r['tpu']['ms_per_step'])} | {fmt(fs['cpu']['ms'])} / {fmt(fs['tpu']['ms'])} |"
@@ -357,9 +367,12 @@ def markdown(record: dict[str, Any]) -> str:
 
     checks = [
         "\n## After warm-up (timed steps, calibration included)\n",
-        "| Model | Compilations + disk hits | Fallback ops | Host syncs/step (tpu / tpu+.item()) "
-        "| Programs run/step | First-step compilations | Warm-up max rel. loss diff |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        (
+            "| Model | Compilations + disk hits | Fallback ops "
+            "| Host syncs/step (tpu / tpu with .item()) | Programs run/step | H2D bytes/step "
+            "| Compilations in step 1 / in warm-up | Warm-up max rel. loss diff tpu vs CPU |"
+        ),
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in record["models"]:
         aw, tpu, item = r["after_warmup"], r["tpu"]["per_step"], r["tpu_item"]["per_step"]
@@ -367,7 +380,9 @@ def markdown(record: dict[str, Any]) -> str:
         checks.append(
             f"| {r['model']} | {aw['compilations'] + aw['cache_hits_disk']} | {fallbacks} "
             f"| {fmt(tpu['host_syncs'])} / {fmt(item['host_syncs'])} "
-            f"| {fmt(tpu['executions'])} | {r['first_step']['tpu']['counters']['compilations']} "
+            f"| {fmt(tpu['executions'])} | {fmt(tpu['host_to_device_bytes'])} "
+            f"| {r['first_step']['tpu']['counters']['compilations']} / "
+            f"{r['warmup']['compilations']} "
             f"| {r['warmup']['max_relative_loss_difference_tpu_vs_cpu']:.2g} |"
         )
     state = "OK" if record["checks"]["ok"] else "FAILED"
@@ -379,7 +394,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps, the first included")
-    parser.add_argument("--batches", type=int, default=9, help="timed batches per mode")
+    parser.add_argument("--batches", type=int, default=15, help="timed batches per mode")
     parser.add_argument("--batch-ms", type=float, default=200, help="target time of one batch")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
     parser.add_argument("--child", choices=list(MODELS), help=argparse.SUPPRESS)

@@ -3,6 +3,7 @@
 // metrics()["host_syncs"]; the selection itself runs on the device.
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/index.h>
+#include <ATen/ops/_unique2.h>
 #include <ATen/ExpandUtils.h>
 #include <torch/library.h>
 
@@ -28,9 +29,20 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   return at::index(values, {c10::optional<at::Tensor>(keep)});
 }
 
+// unique: sorted distinct values (and inverse indices and counts) have a
+// data-dependent size; computed on the host from the values, then uploaded.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool sorted,
+                                                        bool return_inverse, bool return_counts) {
+  note_host_sync();
+  auto [values, inverse, counts] =
+      at::_unique2(self.to(at::kCPU), sorted, return_inverse, return_counts);
+  return {values.to(self.device()), inverse.to(self.device()), counts.to(self.device())};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_unique2", unique2);
   m.impl("nonzero", nonzero);
   m.impl("masked_select", masked_select);
 }

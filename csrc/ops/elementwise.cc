@@ -309,6 +309,29 @@ void register_binary() {
   }
 }
 
+void register_shifts() {
+  for (auto [name, right] : {std::pair{"__lshift__", false}, std::pair{"__rshift__", true},
+                             std::pair{"bitwise_left_shift", false}, std::pair{"bitwise_right_shift", true}}) {
+    std::string n = name;
+    bool r = right;
+    auto lower = [r, n](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      c10::ScalarType type = result_type(ctx, {0, 1});
+      TORCH_CHECK(c10::isIntegralType(type, false), "\"", n, "\" not implemented for '", type, "'");
+      auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, type);
+      // torch: shifts by >= the bit width give 0 (or -1 for negative >>).
+      const char* op = r ? (c10::isSignedType(type) ? "shift_right_arithmetic" : "shift_right_logical") : "shift_left";
+      return std::vector<Value>{b.binary(op, xs[0], xs[1])};
+    };
+    if (n.rfind("__", 0) == 0) {
+      register_lowering("aten::" + n + ".Tensor", lower, {"aten::__i" + n.substr(2) + ".Tensor"});
+      register_lowering("aten::" + n + ".Scalar", lower, {"aten::__i" + n.substr(2) + ".Scalar"});
+    } else {
+      register_lowering("aten::" + n + ".Tensor", lower, {"aten::" + n + "_.Tensor", "aten::" + n + ".Tensor_out"});
+    }
+  }
+}
+
 void register_pow() {
   auto lower = [](LoweringContext& ctx) {
     Builder& b = ctx.b;
@@ -482,6 +505,7 @@ LoweringRegistrar registrar([] {
   register_unary();
   register_binary();
   register_pow();
+  register_shifts();
   register_comparisons();
   register_select_ops();
 });

@@ -304,6 +304,31 @@ LoweringRegistrar registrar([] {
                                         })};
   }, {"aten::index_add_", "aten::index_add.out"});
 
+  // index_copy(self, dim, index, source): rows of source replace rows index[i].
+  register_lowering("aten::index_copy", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    check_index_dtype(ctx, 2, "index_copy");
+    Value self = ctx.tensor(0);
+    auto in = b.dims(self);
+    int64_t rank = static_cast<int64_t>(in.size());
+    int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, rank));
+    Value index = b.reshape(s64(b, ctx.tensor(2)), {b.type(ctx.tensor(2)).numel()});
+    Value source = b.convert(ctx.tensor(3), b.element_type(self));
+    if (rank == 0) return std::vector<Value>{b.reshape(source, {})};
+    if (b.type(index).numel() == 0) return std::vector<Value>{self};
+    ctx.require(in_range(b, index, in[dim], false), "index_copy_(): index out of bounds");
+    std::vector<int64_t> window;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d != dim) window.push_back(d);
+    }
+    int64_t n = b.type(index).numel();
+    Builder::ScatterDims s{window, {dim}, {dim}, 1};
+    return std::vector<Value>{b.scatter(self, b.reshape(index, {n, 1}), source, s,
+                                        [](Builder& r, const std::vector<Value>& a) {
+                                          return std::vector<Value>{a[1]};
+                                        })};
+  }, {"aten::index_copy_", "aten::index_copy.out"});
+
   // embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq)
   register_lowering("aten::embedding_dense_backward", [](LoweringContext& ctx) {
     Builder& b = ctx.b;

@@ -121,6 +121,68 @@ LoweringRegistrar registrar([] {
     }, {"aten::" + name + "_", "aten::" + name + ".out"});
   }
 
+  // linalg_cross(self, other, dim): the 3-vector cross product along dim.
+  register_lowering("aten::linalg_cross", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = result_type(ctx, {0, 1});
+    auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, type);
+    auto dims = b.dims(xs[0]);
+    int64_t dim = wrap_dim(ctx.int_arg(2), static_cast<int64_t>(dims.size()));
+    TORCH_CHECK(dims[dim] == 3, "linalg.cross: inputs dimension ", dim, " must have length 3. Got ",
+                dims[dim], " and ", dims[dim]);
+    auto part = [&](Value v, int64_t i) {
+      std::vector<int64_t> lo(dims.size(), 0), hi = dims, st(dims.size(), 1);
+      lo[dim] = i;
+      hi[dim] = i + 1;
+      return b.slice(v, lo, hi, st);
+    };
+    auto term = [&](int64_t i, int64_t j) {
+      return b.binary("subtract", b.binary("multiply", part(xs[0], i), part(xs[1], j)),
+                      b.binary("multiply", part(xs[0], j), part(xs[1], i)));
+    };
+    return std::vector<Value>{b.concatenate({term(1, 2), term(2, 0), term(0, 1)}, dim)};
+  }, {"aten::linalg_cross.out"});
+
+  // searchsorted(sorted, values, out_int32, right, side, sorter): the count
+  // of boundaries below (or not above) each value, along the last dim.
+  auto searchsorted = [](LoweringContext& ctx, Value boundaries, Value values, bool out_int32, bool right) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = c10::promoteTypes(ctx.dtype(0), ctx.dtype(1));
+    boundaries = convert(b, boundaries, type);
+    values = convert(b, values, type);
+    auto bd = b.dims(boundaries), vd = b.dims(values);
+    int64_t m = bd.back();
+    std::vector<int64_t> full = vd;
+    full.push_back(m);
+    std::vector<int64_t> vmap, bmap;
+    for (size_t i = 0; i < vd.size(); ++i) vmap.push_back(static_cast<int64_t>(i));
+    Value v = b.broadcast_in_dim(values, full, vmap);
+    if (bd.size() == 1) {
+      bmap = {static_cast<int64_t>(full.size()) - 1};
+    } else {
+      TORCH_CHECK(bd.size() == vd.size(), "torch.searchsorted(): boundaries tensor should be 1 dimension or "
+                  "the first N-1 dimensions of boundaries tensor and input value tensor must match");
+      for (size_t i = 0; i < bd.size() - 1; ++i) bmap.push_back(static_cast<int64_t>(i));
+      bmap.push_back(static_cast<int64_t>(full.size()) - 1);
+    }
+    Value bb = b.broadcast_in_dim(boundaries, full, bmap);
+    Value below = b.compare(bb, v, right ? hlo::Compare::kLe : hlo::Compare::kLt);
+    Value count = reduce(b, b.convert(below, ElementType::kS64), {static_cast<int64_t>(full.size()) - 1}, ReduceKind::kSum);
+    return b.convert(count, out_int32 ? ElementType::kS32 : ElementType::kS64);
+  };
+  register_lowering("aten::searchsorted.Tensor", [searchsorted](LoweringContext& ctx) {
+    TORCH_CHECK_NOT_IMPLEMENTED(ctx.is_none(5), "torch_pjrt: searchsorted with a sorter is not supported on tpu");
+    bool right = ctx.bool_arg(3);
+    if (!ctx.is_none(4)) right = ctx.ivalue(4).toStringRef() == "right";
+    return std::vector<Value>{searchsorted(ctx, ctx.tensor(0), ctx.tensor(1), ctx.bool_arg(2), right)};
+  }, {"aten::searchsorted.Tensor_out"});
+  // bucketize(self, boundaries, out_int32, right)
+  register_lowering("aten::bucketize.Tensor", [searchsorted](LoweringContext& ctx) {
+    TORCH_CHECK(ctx.b.type(ctx.tensor(1)).rank() == 1, "boundaries tensor must be 1 dimension, but got dim(",
+                ctx.b.type(ctx.tensor(1)).rank(), ")");
+    return std::vector<Value>{searchsorted(ctx, ctx.tensor(1), ctx.tensor(0), ctx.bool_arg(2), ctx.bool_arg(3))};
+  }, {"aten::bucketize.Tensor_out"});
+
   register_lowering("aten::flip", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     Value x = ctx.tensor(0);

@@ -178,6 +178,63 @@ LoweringRegistrar registrar([] {
                                            b.splat(ctx.scalar(1, ElementType::kS64), dims))};
   }, {"aten::random_.to"}, {}, {0}, /*random=*/true);
 
+  // multinomial(self, num_samples, replacement, generator) over the last dim.
+  // Without replacement: the top num_samples of log(p) + Gumbel noise; with
+  // replacement: inverse-CDF lookups of uniform draws.
+  register_lowering("aten::multinomial", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value p = b.convert(ctx.tensor(0), ElementType::kF32);
+    auto dims = b.dims(p);
+    TORCH_CHECK(dims.size() == 1 || dims.size() == 2, "prob_dist must be 1 or 2 dim");
+    int64_t k = ctx.int_arg(1);
+    bool replacement = ctx.bool_arg(2);
+    int64_t last = static_cast<int64_t>(dims.size()) - 1;
+    int64_t classes = dims[last];
+    TORCH_CHECK(k > 0, "cannot sample n_sample <= 0 samples");
+    TORCH_CHECK(replacement || k <= classes, "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+    Value result;
+    if (!replacement) {
+      Value u = uniform01(ctx, dims, ElementType::kF32);
+      Value tiny = b.splat(b.constant(1e-20, ElementType::kF32), dims);
+      Value gumbel = b.unary("negate", b.unary("log", b.unary("negate", b.unary("log", b.binary("add", u, tiny)))));
+      Value keys = b.binary("add", b.unary("log", p), gumbel);
+      Value idx = b.iota(TensorType{ElementType::kS64, dims}, last);
+      auto sorted = b.sort({keys, idx}, last, true, [](Builder& r, const std::vector<Value>& a) {
+        return std::vector<Value>{r.compare(a[0], a[1], hlo::Compare::kGt)};
+      });
+      std::vector<int64_t> lo(dims.size(), 0), hi = dims, st(dims.size(), 1);
+      hi[last] = k;
+      result = b.slice(sorted[1], lo, hi, st);
+    } else {
+      // cdf [.., C], draws [.., k]: index = count(cdf < u * total).
+      Value cdf = p;
+      for (int64_t shift = 1; shift < classes; shift *= 2) {
+        std::vector<int64_t> low(dims.size(), 0), high(dims.size(), 0), interior(dims.size(), 0);
+        low[last] = shift;
+        std::vector<int64_t> s0(dims.size(), 0), s1 = dims, st(dims.size(), 1);
+        s1[last] = classes - shift;
+        cdf = b.binary("add", cdf, b.pad(b.slice(cdf, s0, s1, st), b.constant(0.0, ElementType::kF32), low, high, interior));
+      }
+      std::vector<int64_t> draw_dims = dims;
+      draw_dims[last] = k;
+      Value total = reduce(b, p, {last}, ReduceKind::kSum);
+      std::vector<int64_t> keep;
+      for (int64_t d = 0; d < last; ++d) keep.push_back(d);
+      Value u = b.binary("multiply", uniform01(ctx, draw_dims, ElementType::kF32),
+                         b.broadcast_in_dim(total, draw_dims, keep));
+      std::vector<int64_t> full = draw_dims;
+      full.push_back(classes);
+      std::vector<int64_t> umap, cmap;
+      for (int64_t d = 0; d <= last; ++d) umap.push_back(d);
+      for (int64_t d = 0; d < last; ++d) cmap.push_back(d);
+      cmap.push_back(last + 1);
+      Value below = b.compare(b.broadcast_in_dim(cdf, full, cmap), b.broadcast_in_dim(u, full, umap), hlo::Compare::kLe);
+      result = reduce(b, b.convert(below, ElementType::kS64), {last + 1}, ReduceKind::kSum);
+      result = b.binary("minimum", result, b.splat(b.constant_int(classes - 1, ElementType::kS64), draw_dims));
+    }
+    return std::vector<Value>{result};
+  }, {"aten::multinomial.out"}, {}, {}, /*random=*/true);
+
   // randperm.generator_out(n, generator, out): sort random keys.
   register_lowering("aten::randperm.generator_out", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
