@@ -153,6 +153,16 @@ class Trainer:
             gc.enable()
 
 
+def system_busy_s() -> float:
+    """CPU seconds all processes of the machine have used (Linux); 0.0 elsewhere."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def counters() -> dict[str, int]:
     m = torch_pjrt.metrics()
     return {key: m[key] for key in COUNTERS}
@@ -212,12 +222,17 @@ def bench_model(name: str, warmup: int, batches: int, target_s: float) -> dict[s
     }
     samples: dict[str, list[float]] = {mode: [] for mode in MODES}
     per_mode = {mode: dict.fromkeys(COUNTERS, 0) for mode in MODES}
+    # CPU time other processes took while a mode ran, in cores: a busy machine
+    # slows CPU PyTorch's two OpenMP threads far more than it slows the device.
+    other_s = dict.fromkeys(MODES, 0.0)
     for i in range(batches):
         # Rotate the order, so no mode always runs right after the same other.
         for mode in MODES[i % len(MODES) :] + MODES[: i % len(MODES)]:
             trainer = trainers[mode.split("_")[0]]
             before = counters()
+            busy, own = system_busy_s(), time.process_time()
             elapsed = trainer.run_batch(n[mode], mode.endswith("_item"))
+            other_s[mode] += (system_busy_s() - busy) - (time.process_time() - own)
             for key, value in diff(counters(), before).items():
                 per_mode[mode][key] += value
             samples[mode].append(elapsed)
@@ -245,6 +260,7 @@ def bench_model(name: str, warmup: int, batches: int, target_s: float) -> dict[s
             "ms_per_step_max": round(max(per_step_ms), 4),
             "steps_per_batch": n[mode],
             "batches": len(samples[mode]),
+            "other_processes_cores": round(max(0.0, other_s[mode]) / sum(samples[mode]), 3),
         }
         if mode.startswith("tpu"):
             steps = n[mode] * batches
@@ -370,9 +386,10 @@ def markdown(record: dict[str, Any]) -> str:
         (
             "| Model | Compilations + disk hits | Fallback ops "
             "| Host syncs/step (tpu / tpu with .item()) | Programs run/step | H2D bytes/step "
-            "| Compilations in step 1 / in warm-up | Warm-up max rel. loss diff tpu vs CPU |"
+            "| Compilations in step 1 / in warm-up | Warm-up max rel. loss diff tpu vs CPU "
+            "| Other processes' load, cores (CPU / tpu batches) |"
         ),
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in record["models"]:
         aw, tpu, item = r["after_warmup"], r["tpu"]["per_step"], r["tpu_item"]["per_step"]
@@ -383,7 +400,15 @@ def markdown(record: dict[str, Any]) -> str:
             f"| {fmt(tpu['executions'])} | {fmt(tpu['host_to_device_bytes'])} "
             f"| {r['first_step']['tpu']['counters']['compilations']} / "
             f"{r['warmup']['compilations']} "
-            f"| {r['warmup']['max_relative_loss_difference_tpu_vs_cpu']:.2g} |"
+            f"| {r['warmup']['max_relative_loss_difference_tpu_vs_cpu']:.2g} "
+            f"| {fmt(r['cpu']['other_processes_cores'])} / "
+            f"{fmt(r['tpu']['other_processes_cores'])} |"
+        )
+    load = max(r[mode]["other_processes_cores"] for r in record["models"] for mode in MODES)
+    if load > 0.1:
+        checks.append(
+            f"\nOther processes used up to {fmt(load)} cores during timed batches: the "
+            f"times, the CPU ones above all, are less reliable than on an idle machine."
         )
     state = "OK" if record["checks"]["ok"] else "FAILED"
     checks.append(f"\nCheck (no compilation, no fallback after warm-up): {state}.\n")

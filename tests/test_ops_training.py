@@ -114,3 +114,25 @@ def test_losses_forward_and_backward_match_cpu(case: OpCase):
     if ran == 0:
         pytest.skip(f"{case_id(case)} has no samples")
     assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+BREADTH = [
+    OpCase("nn.functional.pad", "constant"), OpCase("nn.functional.pad", "reflect"),
+    OpCase("nn.functional.pad", "replicate"), OpCase("nn.functional.interpolate", "nearest"),
+    OpCase("nn.functional.interpolate", "bilinear", rtol_scale=10),
+    OpCase("nn.functional.group_norm", rtol_scale=5), OpCase("bitwise_left_shift"),
+    OpCase("bitwise_right_shift"), OpCase("index_copy"), OpCase("linalg.cross"),
+    OpCase("bucketize"), OpCase("searchsorted"), OpCase("unique"), OpCase("nn.functional.one_hot"),
+    OpCase("repeat"), OpCase("repeat_interleave"), OpCase("einsum", rtol_scale=5),
+    OpCase("outer"), OpCase("diag"), OpCase("meshgrid", "list_of_tensors"), OpCase("masked_select"),
+    OpCase("nonzero"), OpCase("argwhere"), OpCase("take_along_dim"),
+]
+
+
+@pytest.mark.parametrize("case", BREADTH, ids=case_id)
+def test_breadth_forward_and_backward_match_cpu(case: OpCase):
+    torch_pjrt.reset_metrics()
+    ran = check_samples(case, torch.float32) + check_gradients(case)
+    if ran == 0:
+        pytest.skip(f"{case_id(case)} has no samples")
+    assert torch_pjrt.metrics()["fallback_ops"] == {}

@@ -81,3 +81,17 @@ def test_random_ops_run_on_the_device():
     torch.rand(10, device=NAME), torch.randn(10, device=NAME), torch.randint(0, 5, (10,), device=NAME)
     torch.randperm(10, device=NAME), torch.nn.functional.dropout(torch.ones(10, device=NAME), 0.5)
     assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_multinomial_frequencies():
+    torch.manual_seed(4)
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3]], device=NAME)
+    draws = torch.multinomial(probs, 20_000, replacement=True).cpu()[0]
+    freq = torch.bincount(draws, minlength=4).double() / 20_000
+    assert freq[1] == 0
+    for p, f in zip([0.1, 0.0, 0.6, 0.3], freq.tolist()):
+        assert abs(f - p) < 5 * math.sqrt(p * (1 - p) / 20_000) + 1e-9
+    rows = torch.multinomial(probs.expand(3000, 4).contiguous(), 2).cpu()
+    assert (rows[:, 0] != rows[:, 1]).all() and not (rows == 1).any()
+    first = torch.bincount(rows[:, 0], minlength=4).double() / 3000
+    assert abs(first[2].item() - 0.6) < 0.05

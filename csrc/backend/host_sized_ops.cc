@@ -3,6 +3,8 @@
 // metrics()["host_syncs"]; the selection itself runs on the device.
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/index.h>
+#include <ATen/ops/index_put.h>
+#include <ATen/ops/repeat_interleave.h>
 #include <ATen/ops/_unique2.h>
 #include <ATen/ExpandUtils.h>
 #include <torch/library.h>
@@ -39,9 +41,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, b
   return {values.to(self.device()), inverse.to(self.device()), counts.to(self.device())};
 }
 
+// masked_scatter_: the i-th true position of mask takes source's i-th
+// element; which positions is data, so the mask is read on the host.
+at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::Tensor& source) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_scatter_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "masked_scatter_: expected self and source to have same "
+              "dtypes but got ", self.scalar_type(), " and ", source.scalar_type());
+  at::Tensor full_mask = mask.expand(self.sizes());
+  note_host_sync();
+  at::Tensor positions = at::nonzero(full_mask.to(at::kCPU));  // [n, dim]
+  int64_t n = positions.size(0);
+  TORCH_CHECK(n <= source.numel(), "masked_scatter: expected source to have at least ", n, " elements");
+  if (n == 0) return self;
+  c10::List<c10::optional<at::Tensor>> indices;
+  for (int64_t k = 0; k < self.dim(); ++k) {
+    indices.push_back(positions.select(1, k).contiguous().to(self.device()));
+  }
+  if (self.dim() == 0) return self.copy_(source.reshape({-1})[0]);
+  self.index_put_(indices, source.reshape({-1}).narrow(0, 0, n));
+  return self;
+}
+
+// repeat_interleave(repeats): [0, 0, 1, 2, 2, 2] for repeats [2, 1, 3]; its
+// length is the sum of the repeats, read on the host.
+at::Tensor repeat_interleave_tensor(const at::Tensor& repeats, c10::optional<int64_t> output_size) {
+  note_host_sync();
+  return at::repeat_interleave(repeats.to(at::kCPU), output_size).to(repeats.device());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("masked_scatter_", masked_scatter_);
+  m.impl("repeat_interleave.Tensor", repeat_interleave_tensor);
   m.impl("_unique2", unique2);
   m.impl("nonzero", nonzero);
   m.impl("masked_select", masked_select);

@@ -329,6 +329,36 @@ LoweringRegistrar registrar([] {
                                         })};
   }, {"aten::index_copy_", "aten::index_copy.out"});
 
+  // index_fill(self, dim, index, value): rows index[i] along dim set to value.
+  auto index_fill = [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    check_index_dtype(ctx, 2, "index_fill");
+    Value self = ctx.tensor(0);
+    auto in = b.dims(self);
+    int64_t rank = static_cast<int64_t>(in.size());
+    int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, rank));
+    Value value = b.convert(ctx.tensor(3), b.element_type(self));
+    if (rank == 0) return std::vector<Value>{b.reshape(value, {})};
+    Value index = b.reshape(s64(b, ctx.tensor(2)), {b.type(ctx.tensor(2)).numel()});
+    int64_t n = b.type(index).numel();
+    if (n == 0) return std::vector<Value>{self};
+    ctx.require(in_range(b, index, in[dim], true), "index out of range in index_fill");
+    index = wrap_negative(b, index, in[dim]);
+    // A mask of the chosen rows, then select.
+    Builder::ScatterDims s{{}, {0}, {0}, 1};
+    Value chosen = b.scatter(b.splat(b.constant_bool(false), {in[dim]}), b.reshape(index, {n, 1}),
+                             b.splat(b.constant_bool(true), {n}), s,
+                             [](Builder& r, const std::vector<Value>& a) {
+                               return std::vector<Value>{r.binary("or", a[0], a[1])};
+                             });
+    Value mask = b.broadcast_in_dim(chosen, in, {dim});
+    return std::vector<Value>{b.select(mask, b.splat(b.reshape(value, {}), in), self)};
+  };
+  register_lowering("aten::index_fill.int_Scalar", index_fill,
+                    {"aten::index_fill_.int_Scalar", "aten::index_fill.int_Scalar_out"});
+  register_lowering("aten::index_fill.int_Tensor", index_fill,
+                    {"aten::index_fill_.int_Tensor", "aten::index_fill.int_Tensor_out"});
+
   // embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq)
   register_lowering("aten::embedding_dense_backward", [](LoweringContext& ctx) {
     Builder& b = ctx.b;

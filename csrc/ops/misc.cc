@@ -171,10 +171,29 @@ LoweringRegistrar registrar([] {
     return b.convert(count, out_int32 ? ElementType::kS32 : ElementType::kS64);
   };
   register_lowering("aten::searchsorted.Tensor", [searchsorted](LoweringContext& ctx) {
-    TORCH_CHECK_NOT_IMPLEMENTED(ctx.is_none(5), "torch_pjrt: searchsorted with a sorter is not supported on tpu");
     bool right = ctx.bool_arg(3);
     if (!ctx.is_none(4)) right = ctx.ivalue(4).toStringRef() == "right";
-    return std::vector<Value>{searchsorted(ctx, ctx.tensor(0), ctx.tensor(1), ctx.bool_arg(2), right)};
+    Builder& b = ctx.b;
+    Value boundaries = ctx.tensor(0);
+    if (!ctx.is_none(5) && b.type(boundaries).numel() > 0) {
+      // sorter orders the boundaries along the last dim.
+      auto bd = b.dims(boundaries);
+      int64_t rank = static_cast<int64_t>(bd.size());
+      std::vector<int64_t> coords_dims = bd;
+      std::vector<Value> parts;
+      Value sorter = b.convert(ctx.tensor(5), ElementType::kS64);
+      for (int64_t d = 0; d < rank; ++d) {
+        Value c = d == rank - 1 ? sorter : b.iota(TensorType{ElementType::kS64, bd}, d);
+        auto with_one = bd;
+        with_one.push_back(1);
+        parts.push_back(b.reshape(c, with_one));
+      }
+      std::vector<int64_t> all;
+      for (int64_t d = 0; d < rank; ++d) all.push_back(d);
+      Builder::GatherDims g{{}, all, all, rank};
+      boundaries = b.gather(boundaries, b.concatenate(parts, rank), g, std::vector<int64_t>(rank, 1), bd);
+    }
+    return std::vector<Value>{searchsorted(ctx, boundaries, ctx.tensor(1), ctx.bool_arg(2), right)};
   }, {"aten::searchsorted.Tensor_out"});
   // bucketize(self, boundaries, out_int32, right)
   register_lowering("aten::bucketize.Tensor", [searchsorted](LoweringContext& ctx) {

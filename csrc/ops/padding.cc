@@ -16,9 +16,16 @@ Value slice_dim(Builder& b, Value x, int64_t dim, int64_t start, int64_t end) {
   return b.slice(x, lo, hi, st);
 }
 
-// Pads `dim` by (left, right) with reflected or replicated borders.
+// Pads `dim` by (left, right) with reflected or replicated borders; a
+// negative amount crops instead, as torch allows.
 Value pad_dim(Builder& b, Value x, int64_t dim, int64_t left, int64_t right, bool reflect) {
   int64_t n = b.dims(x)[dim];
+  if (left < 0 || right < 0) {
+    int64_t start = std::max<int64_t>(0, -left), end = n - std::max<int64_t>(0, -right);
+    TORCH_CHECK(end > start, "padding crops dimension ", dim, " to nothing");
+    return pad_dim(b, slice_dim(b, x, dim, start, end), dim, std::max<int64_t>(0, left),
+                   std::max<int64_t>(0, right), reflect);
+  }
   std::vector<Value> parts;
   if (reflect) {
     TORCH_CHECK(left < n && right < n, "Argument #4: Padding size should be less than the "
@@ -46,6 +53,17 @@ Value pad_dim(Builder& b, Value x, int64_t dim, int64_t left, int64_t right, boo
 // The gradient of pad_dim: the middle, plus the borders folded back.
 Value unpad_dim(Builder& b, Value g, int64_t dim, int64_t left, int64_t right, int64_t n,
                 bool reflect) {
+  if (left < 0 || right < 0) {
+    // Cropped positions get no gradient: fold back the kept part, pad zeros.
+    int64_t crop_lo = std::max<int64_t>(0, -left), crop_hi = std::max<int64_t>(0, -right);
+    Value inner = unpad_dim(b, g, dim, std::max<int64_t>(0, left), std::max<int64_t>(0, right),
+                            n - crop_lo - crop_hi, reflect);
+    auto dims = b.dims(inner);
+    std::vector<int64_t> low(dims.size(), 0), high(dims.size(), 0), interior(dims.size(), 0);
+    low[dim] = crop_lo;
+    high[dim] = crop_hi;
+    return b.pad(inner, b.constant(0, b.element_type(inner)), low, high, interior);
+  }
   Value mid = slice_dim(b, g, dim, left, left + n);
   auto add_at = [&](Value block, int64_t start) {
     auto dims = b.dims(mid);
@@ -109,6 +127,8 @@ LoweringRegistrar registrar([] {
   register_pad("reflection_pad2d", 2, true);
   register_pad("replication_pad1d", 1, false);
   register_pad("replication_pad2d", 2, false);
+  register_pad("reflection_pad3d", 3, true);
+  register_pad("replication_pad3d", 3, false);
 });
 
 }  // namespace

@@ -90,32 +90,40 @@ Value weight_along(Builder& b, Value w, const std::vector<int64_t>& dims, int64_
 }
 
 LoweringRegistrar registrar([] {
-  // upsample_nearest2d(self, output_size, scales_h, scales_w)
-  register_lowering("aten::upsample_nearest2d", [](LoweringContext& ctx) {
-    Builder& b = ctx.b;
-    Value x = ctx.tensor(0);
-    auto dims = b.dims(x);
-    auto size = ctx.int_list(1);
-    for (int i = 0; i < 2; ++i) {
-      int64_t dim = 2 + i;
-      float scale = pixel_scale(dims[dim], size[i], false, optional_scale(ctx, 2 + i));
-      x = take(b, x, dim, nearest_index(b, dims[dim], size[i], scale));
+  // upsample_nearest{1,2,3}d(self, output_size, scales...) and backward
+  // (grad, output_size, input_size, scales...).
+  for (int64_t spatial : {1, 2, 3}) {
+    std::string name = "aten::upsample_nearest" + std::to_string(spatial) + "d";
+    std::vector<int> fwd_static, bwd_static;
+    for (int64_t i = 0; i < spatial; ++i) {
+      fwd_static.push_back(static_cast<int>(2 + i));
+      bwd_static.push_back(static_cast<int>(3 + i));
     }
-    return std::vector<Value>{x};
-  }, {"aten::upsample_nearest2d.out"}, {2, 3});
-  // upsample_nearest2d_backward(grad, output_size, input_size, scales_h, scales_w)
-  register_lowering("aten::upsample_nearest2d_backward", [](LoweringContext& ctx) {
-    Builder& b = ctx.b;
-    ElementType acc = et(opmath_type(ctx.dtype(0)));
-    Value g = b.convert(ctx.tensor(0), acc);
-    auto out = ctx.int_list(1), in = ctx.int_list(2);
-    for (int i = 1; i >= 0; --i) {
-      int64_t dim = 2 + i;
-      float scale = pixel_scale(in[dim], out[i], false, optional_scale(ctx, 3 + i));
-      g = put_add(b, g, dim, nearest_index(b, in[dim], out[i], scale), in[dim]);
-    }
-    return std::vector<Value>{b.convert(g, et(ctx.dtype(0)))};
-  }, {"aten::upsample_nearest2d_backward.grad_input"}, {3, 4});
+    register_lowering(name, [spatial](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      Value x = ctx.tensor(0);
+      auto dims = b.dims(x);
+      auto size = ctx.int_list(1);
+      for (int64_t i = 0; i < spatial; ++i) {
+        int64_t dim = 2 + i;
+        float scale = pixel_scale(dims[dim], size[i], false, optional_scale(ctx, 2 + i));
+        x = take(b, x, dim, nearest_index(b, dims[dim], size[i], scale));
+      }
+      return std::vector<Value>{x};
+    }, {name + ".out"}, fwd_static);
+    register_lowering(name + "_backward", [spatial](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      ElementType acc = et(opmath_type(ctx.dtype(0)));
+      Value g = b.convert(ctx.tensor(0), acc);
+      auto out = ctx.int_list(1), in = ctx.int_list(2);
+      for (int64_t i = spatial - 1; i >= 0; --i) {
+        int64_t dim = 2 + i;
+        float scale = pixel_scale(in[dim], out[i], false, optional_scale(ctx, 3 + i));
+        g = put_add(b, g, dim, nearest_index(b, in[dim], out[i], scale), in[dim]);
+      }
+      return std::vector<Value>{b.convert(g, et(ctx.dtype(0)))};
+    }, {name + "_backward.grad_input"}, bwd_static);
+  }
 
   // upsample_bilinear2d(self, output_size, align_corners, scales_h, scales_w)
   register_lowering("aten::upsample_bilinear2d", [](LoweringContext& ctx) {
