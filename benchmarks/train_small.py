@@ -20,6 +20,11 @@ interleaved so that drift in the machine's speed hits them alike. Steps/s is
 N over the median batch time. Two more modes call loss.item() after every
 step (a training loop that logs its loss), on CPU and on tpu.
 
+On a small machine other processes distort the CPU figures most (CPU
+PyTorch's OpenMP threads wait on each other when one loses its core): before
+each model the script waits (--quiet-wait) for the machine to go quiet, and it
+records the CPU time other processes took during each mode's batches.
+
 After warm-up no program may be compiled or loaded from the disk cache and no
 op may fall back to CPU; the script exits with status 1 otherwise. Results go
 to benchmarks/results/train_small-<date>-<machine>.{json,md}, with no host
@@ -328,6 +333,18 @@ def plugin_facts() -> dict[str, Any]:
     }
 
 
+def wait_for_quiet(limit_s: float, threshold_cores: float = 0.25) -> float:
+    """Waits, up to limit_s, for a second in which other processes use under
+    threshold_cores; returns the load of the last second measured, in cores."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        busy = system_busy_s()
+        time.sleep(1.0)
+        load = system_busy_s() - busy  # this process sleeps: all of it is others'
+        if load < threshold_cores or time.monotonic() >= deadline:
+            return round(load, 2)
+
+
 def run_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """bench_model in a fresh process: a cold compile cache, no programs shared."""
     command = [
@@ -422,6 +439,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=15, help="timed batches per mode")
     parser.add_argument("--batch-ms", type=float, default=200, help="target time of one batch")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=60,
+        help="seconds to wait before each model for other processes to go quiet",
+    )
     parser.add_argument("--child", choices=list(MODELS), help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -438,7 +461,11 @@ def main() -> None:
 
     models: list[dict[str, Any]] = []
     for name in args.models.split(","):
+        load_before = wait_for_quiet(args.quiet_wait)
+        if load_before >= 0.25:
+            print(f"{name:>8}: other processes still use {load_before} cores; running anyway")
         r = run_child(name, args)
+        r["other_processes_cores_before"] = load_before
         models.append(r)
         ratio, with_item = r["ratios"], r["ratios_with_item"]
         print(
@@ -477,6 +504,7 @@ def main() -> None:
             "warmup": args.warmup,
             "batches": args.batches,
             "target_batch_ms": args.batch_ms,
+            "quiet_wait_s": args.quiet_wait,
             "dtype": "float32",
         },
         "models": models,

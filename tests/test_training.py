@@ -243,3 +243,19 @@ def test_bf16_parameters_train():
     assert model[0].weight.dtype == torch.bfloat16
     assert losses[-1] < 0.7 * losses[0]
     assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_safetensors_round_trip(tmp_path):
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    torch.manual_seed(0)
+    model = mlp().to(NAME)
+    path = str(tmp_path / "model.safetensors")
+    safetensors_torch.save_file(model.state_dict(), path)  # reads the device tensors
+    loaded = {k: v.to(NAME) for k, v in safetensors_torch.load_file(path).items()}
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded[key].cpu(), value.cpu())
+    other = mlp().to(NAME)
+    safetensors_torch.load_model(other, path)
+    assert other[0].weight.device.type == NAME
+    x = regression_data()[0].to(NAME)
+    assert torch.equal(other(x).cpu(), model(x).cpu())
