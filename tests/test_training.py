@@ -63,12 +63,18 @@ def train(device: str, make_model, data, loss_fn, make_opt, steps: int = STEPS,
 
 OPTIMIZERS = {
     "sgd_nesterov": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True),
+    "sgd_foreach": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, foreach=True),
     "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
     "adam_foreach": lambda p: torch.optim.Adam(p, lr=1e-2, foreach=True),
     "adam_capturable": lambda p: torch.optim.Adam(p, lr=1e-2, capturable=True),
     "adamw_foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=True, weight_decay=0.1),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=False, weight_decay=0.1),
+    "adamw_capturable_foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=True,
+                                                            capturable=True),
     "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-3, foreach=False),
+    "rmsprop_foreach": lambda p: torch.optim.RMSprop(p, lr=1e-3, momentum=0.5, foreach=True),
     "adagrad": lambda p: torch.optim.Adagrad(p, lr=0.05, foreach=True),
+    "adagrad_loop": lambda p: torch.optim.Adagrad(p, lr=0.05, foreach=False),
 }
 
 
@@ -78,6 +84,8 @@ def test_mlp_regression_matches_cpu(opt_name):
     cpu_opt = make_opt
     if opt_name == "adam_capturable":  # capturable needs an accelerator; CPU runs the plain form
         cpu_opt = OPTIMIZERS["adam"]
+    if opt_name == "adamw_capturable_foreach":
+        cpu_opt = lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=True)  # noqa: E731
     expected = train("cpu", mlp, regression_data(), torch.nn.functional.mse_loss, cpu_opt)
     torch_pjrt.reset_metrics()
     counts: list[int] = []

@@ -127,31 +127,43 @@ void reset_host_syncs() { syncs = 0; }
 
 namespace {
 std::mutex checks_mutex;
-std::vector<std::pair<BufferPtr, std::string>> pending_checks;
+struct PendingCheck {
+  BufferPtr ok;
+  std::string message;
+  bool index_error;
+};
+std::vector<PendingCheck> pending_checks;
+
+void raise_check(const PendingCheck& check, const char* when) {
+  bool value = false;
+  check.ok->to_host(&value, 1);
+  if (check.index_error) {
+    TORCH_CHECK_INDEX(value, check.message, when);
+  } else {
+    TORCH_CHECK(value, check.message, when);
+  }
+}
 }  // namespace
 
-void defer_check(BufferPtr ok, std::string message) {
+void defer_check(BufferPtr ok, std::string message, bool index_error) {
+  PendingCheck check{std::move(ok), std::move(message), index_error};
   if (settings().eager == EagerMode::kDebug) {
-    bool value = false;
-    ok->to_host(&value, 1);
-    TORCH_CHECK_INDEX(value, message);
+    raise_check(check, "");
     return;
   }
   std::lock_guard<std::mutex> lock(checks_mutex);
-  pending_checks.emplace_back(std::move(ok), std::move(message));
+  pending_checks.push_back(std::move(check));
 }
 
 void raise_failed_checks() {
-  std::vector<std::pair<BufferPtr, std::string>> checks;
+  std::vector<PendingCheck> checks;
   {
     std::lock_guard<std::mutex> lock(checks_mutex);
     if (pending_checks.empty()) return;
     checks.swap(pending_checks);
   }
-  for (auto& [buffer, message] : checks) {
-    bool value = false;
-    buffer->to_host(&value, 1);
-    TORCH_CHECK_INDEX(value, message, " (reported when the host next waited for the device)");
+  for (const PendingCheck& check : checks) {
+    raise_check(check, " (reported when the host next waited for the device)");
   }
 }
 

@@ -37,8 +37,9 @@ int64_t host_syncs();
 void reset_host_syncs();
 
 // A data-dependent condition a program computed (an i1 scalar); checked when
-// the host next waits for the device. Raises IndexError with `message`.
-void defer_check(BufferPtr ok, std::string message);
+// the host next waits for the device. Raises IndexError with `message`, or
+// RuntimeError when `index_error` is false.
+void defer_check(BufferPtr ok, std::string message, bool index_error = true);
 // Reads every deferred condition; raises the first that failed.
 void raise_failed_checks();
 

@@ -475,7 +475,9 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
 
   const auto& checks = checks_of(*program, num_results, check_messages);
   for (size_t c = 0; c < checks.messages.size(); ++c) {
-    defer_check(outputs[checks.first + c], "torch_pjrt: " + op + ": " + checks.messages[c]);
+    const std::string& tagged = checks.messages[c];
+    defer_check(outputs[checks.first + c], "torch_pjrt: " + op + ": " + tagged.substr(1),
+                tagged[0] == 'I');
   }
   outputs.resize(checks.first);
 

@@ -86,7 +86,7 @@ Value scatter_along(LoweringContext& ctx, Value self, int64_t dim, Value index, 
   if (b.type(index).numel() == 0) return self;  // nothing to scatter
   Value idx = s64(b, index);
   ctx.require(in_range(b, idx, rank == 0 ? 1 : in[dim], false),
-              "index " + std::string("out of bounds for the dimension being scattered into"));
+              "index out of bounds for the dimension being scattered into", /*index_error=*/false);
   if (rank == 0) return combine == "replace" ? b.reshape(updates, {}) : b.binary(combine, self, b.reshape(updates, {}));
   Value coords = coordinates(b, idx, dim, rank);
   std::vector<int64_t> scatter_dims;
@@ -199,7 +199,8 @@ LoweringRegistrar registrar([] {
                   " expected index ", c10::IntArrayRef(idims), " to be no larger than self ",
                   c10::IntArrayRef(in), " apart from dimension ", dim);
     }
-    ctx.require(in_range(b, index, in[dim], false), "index out of bounds in gather");
+    ctx.require(in_range(b, index, in[dim], false), "index out of bounds in gather",
+                /*index_error=*/false);
     std::vector<int64_t> all;
     for (int64_t d = 0; d < rank; ++d) all.push_back(d);
     Builder::GatherDims g{{}, all, all, rank};

@@ -40,6 +40,9 @@ struct NllParts {
 
 NllParts nll_weights(LoweringContext& ctx, Value input, Value target, int64_t ignore_index) {
   Builder& b = ctx.b;
+  c10::ScalarType target_type = ctx.dtype(1);
+  TORCH_CHECK(target_type == at::kLong || target_type == at::kByte,
+              "expected target dtype to be Long or Byte, but got ", target_type);
   auto in = b.dims(input);
   TORCH_CHECK(!in.empty(), "input tensor should be 1D or 2D");
   // (C), (N, C) or (N, C, d1, ...): classes along dim 1 except for 1-D input.

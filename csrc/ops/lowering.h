@@ -73,15 +73,18 @@ class LoweringContext {
   // `ok` is an i1 scalar; when it is false, `message` is raised as an
   // IndexError at the next point where the host waits for the device (or at
   // once in debug mode), the way CUDA reports device-side asserts.
-  void require(Value ok, std::string message) {
+  // `index_error`: raise IndexError (as CPU does for index_select), else
+  // RuntimeError (as CPU does for gather and scatter).
+  void require(Value ok, std::string message, bool index_error = true) {
     checks_.push_back(ok);
-    check_messages_.push_back(std::move(message));
+    check_messages_.push_back((index_error ? "I" : "R") + std::move(message));
   }
   const std::vector<Value>& checks() const { return checks_; }
   // Random bits of `type` (ui32 or ui64) from the call's generator state;
   // successive calls within one lowering give independent bits.
   Value random_bits(const TensorType& type);
   void set_rng_state(Value state) { rng_state_ = state; }
+  // Each message starts with its error kind: 'I' IndexError, 'R' RuntimeError.
   const std::vector<std::string>& check_messages() const { return check_messages_; }
   void set_out_dtypes(std::vector<c10::ScalarType> dtypes) { out_dtypes_ = std::move(dtypes); }
 
