@@ -16,6 +16,7 @@ CASES = [
     OpCase("nn.functional.hardtanh"), OpCase("nn.functional.leaky_relu"),
     OpCase("nn.functional.elu"), OpCase("sigmoid"), OpCase("tanh"),
     OpCase("softmax"), OpCase("log_softmax"), OpCase("nn.functional.layer_norm", rtol_scale=5),
+    OpCase("nn.functional.rms_norm", rtol_scale=5),
     OpCase("nn.functional.mse_loss"), OpCase("nn.functional.nll_loss"),
     OpCase("nn.functional.cross_entropy", rtol_scale=5),
     OpCase("index_select"), OpCase("gather"), OpCase("scatter"), OpCase("scatter_add"),
@@ -92,7 +93,8 @@ NN_CASES = [
 @pytest.mark.parametrize("case", NN_CASES, ids=case_id)
 def test_nn_forward_and_backward_match_cpu(case: OpCase):
     torch_pjrt.reset_metrics()
-    ran = check_samples(case, torch.float32) + check_gradients(case)
+    ran = (check_samples(case, torch.float32) + check_samples(case, torch.bfloat16)
+           + check_gradients(case))
     if ran == 0:
         pytest.skip(f"{case_id(case)} has no samples")
     assert torch_pjrt.metrics()["fallback_ops"] == {}
@@ -132,7 +134,8 @@ BREADTH = [
 @pytest.mark.parametrize("case", BREADTH, ids=case_id)
 def test_breadth_forward_and_backward_match_cpu(case: OpCase):
     torch_pjrt.reset_metrics()
-    ran = check_samples(case, torch.float32) + check_gradients(case)
+    ran = (check_samples(case, torch.float32) + check_samples(case, torch.bfloat16)
+           + check_gradients(case))
     if ran == 0:
         pytest.skip(f"{case_id(case)} has no samples")
     assert torch_pjrt.metrics()["fallback_ops"] == {}
