@@ -11,7 +11,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL := 2
 
 CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
-.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager clean
+.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-train clean
 
 all: build
 
@@ -72,6 +72,9 @@ bench-runtime: cpp
 
 bench-eager: build
 	$(PY) benchmarks/eager_ops.py
+
+bench-train: build
+	$(PY) benchmarks/train_small.py
 
 clean:
 	rm -rf build .deps $(STAMPS)
