@@ -90,14 +90,6 @@ NN_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", NN_CASES, ids=case_id)
-def test_nn_forward_and_backward_match_cpu(case: OpCase):
-    torch_pjrt.reset_metrics()
-    ran = (check_samples(case, torch.float32) + check_samples(case, torch.bfloat16)
-           + check_gradients(case))
-    if ran == 0:
-        pytest.skip(f"{case_id(case)} has no samples")
-    assert torch_pjrt.metrics()["fallback_ops"] == {}
 
 
 MORE_NN = [
@@ -109,13 +101,6 @@ MORE_NN = [
 ]
 
 
-@pytest.mark.parametrize("case", MORE_NN, ids=case_id)
-def test_losses_forward_and_backward_match_cpu(case: OpCase):
-    torch_pjrt.reset_metrics()
-    ran = check_samples(case, torch.float32) + check_samples(case, torch.bfloat16) + check_gradients(case)
-    if ran == 0:
-        pytest.skip(f"{case_id(case)} has no samples")
-    assert torch_pjrt.metrics()["fallback_ops"] == {}
 
 
 BREADTH = [
@@ -131,8 +116,8 @@ BREADTH = [
 ]
 
 
-@pytest.mark.parametrize("case", BREADTH, ids=case_id)
-def test_breadth_forward_and_backward_match_cpu(case: OpCase):
+@pytest.mark.parametrize("case", NN_CASES + MORE_NN + BREADTH, ids=case_id)
+def test_forward_float_bf16_and_backward_match_cpu(case: OpCase):
     torch_pjrt.reset_metrics()
     ran = (check_samples(case, torch.float32) + check_samples(case, torch.bfloat16)
            + check_gradients(case))

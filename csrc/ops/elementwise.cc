@@ -424,26 +424,17 @@ void register_select_ops() {
   };
   register_lowering("aten::clamp", clamp_lower, {"aten::clamp_", "aten::clamp.out"});
   register_lowering("aten::clamp.Tensor", clamp_lower, {"aten::clamp_.Tensor", "aten::clamp.Tensor_out"});
-  register_lowering("aten::clamp_min", [](LoweringContext& ctx) {
-    c10::ScalarType type = result_type(ctx, {0, 1});
-    auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, type);
-    return std::vector<Value>{ctx.b.binary("maximum", xs[0], xs[1])};
-  }, {"aten::clamp_min_", "aten::clamp_min.out"});
-  register_lowering("aten::clamp_min.Tensor", [](LoweringContext& ctx) {
-    c10::ScalarType type = result_type(ctx, {0, 1});
-    auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, type);
-    return std::vector<Value>{ctx.b.binary("maximum", xs[0], xs[1])};
-  }, {"aten::clamp_min_.Tensor", "aten::clamp_min.Tensor_out"});
-  register_lowering("aten::clamp_max.Tensor", [](LoweringContext& ctx) {
-    c10::ScalarType type = result_type(ctx, {0, 1});
-    auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, type);
-    return std::vector<Value>{ctx.b.binary("minimum", xs[0], xs[1])};
-  }, {"aten::clamp_max_.Tensor", "aten::clamp_max.Tensor_out"});
-  register_lowering("aten::clamp_max", [](LoweringContext& ctx) {
-    c10::ScalarType type = result_type(ctx, {0, 1});
-    auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, type);
-    return std::vector<Value>{ctx.b.binary("minimum", xs[0], xs[1])};
-  }, {"aten::clamp_max_", "aten::clamp_max.out"});
+  for (auto [name, hlo_op] : {std::pair{"clamp_min", "maximum"}, std::pair{"clamp_max", "minimum"}}) {
+    std::string n = name, o = hlo_op;
+    auto lower = [o](LoweringContext& ctx) {
+      c10::ScalarType type = result_type(ctx, {0, 1});
+      auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, type);
+      return std::vector<Value>{ctx.b.binary(o, xs[0], xs[1])};
+    };
+    register_lowering("aten::" + n, lower, {"aten::" + n + "_", "aten::" + n + ".out"});
+    register_lowering("aten::" + n + ".Tensor", lower,
+                      {"aten::" + n + "_.Tensor", "aten::" + n + ".Tensor_out"});
+  }
 
   auto masked_fill = [](LoweringContext& ctx) {
     Builder& b = ctx.b;

@@ -98,6 +98,31 @@ Value scatter_along(LoweringContext& ctx, Value self, int64_t dim, Value index, 
   });
 }
 
+// Writes slice i of `source` along `dim` into row index[i] of `self`,
+// adding to or replacing what is there (index_add, index_copy).
+Value scatter_rows(LoweringContext& ctx, Value self, int64_t dim, Value index, Value source,
+                   bool add, const char* op, bool allow_negative = false) {
+  Builder& b = ctx.b;
+  auto in = b.dims(self);
+  int64_t rank = static_cast<int64_t>(in.size());
+  if (rank == 0) {
+    Value v = b.reshape(source, {});
+    return add ? b.binary("add", self, v) : v;
+  }
+  int64_t n = b.type(index).numel();
+  if (n == 0) return self;
+  ctx.require(in_range(b, index, in[dim], allow_negative), std::string("index out of range in ") + op);
+  std::vector<int64_t> window;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d != dim) window.push_back(d);
+  }
+  Builder::ScatterDims s{window, {dim}, {dim}, 1};
+  return b.scatter(self, b.reshape(index, {n, 1}), source, s,
+                   [add](Builder& r, const std::vector<Value>& a) {
+                     return std::vector<Value>{add ? r.binary("add", a[0], a[1]) : a[1]};
+                   });
+}
+
 // The part of `src` covered by `index`'s shape (scatter uses only that).
 Value crop_to(Builder& b, Value src, const std::vector<int64_t>& dims) {
   std::vector<int64_t> zero(dims.size(), 0), one(dims.size(), 1);
@@ -282,27 +307,11 @@ LoweringRegistrar registrar([] {
     Builder& b = ctx.b;
     check_index_dtype(ctx, 2, "index_add");
     Value self = ctx.tensor(0);
-    auto in = b.dims(self);
-    int64_t rank = static_cast<int64_t>(in.size());
-    int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, rank));
+    int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, b.type(self).rank()));
     Value index = b.reshape(s64(b, ctx.tensor(2)), {b.type(ctx.tensor(2)).numel()});
     Value source = b.convert(ctx.tensor(3), b.element_type(self));
-    Value alpha = b.splat(ctx.scalar(4, b.element_type(self)), b.dims(source));
-    source = b.binary("multiply", source, alpha);
-    if (rank == 0) return std::vector<Value>{b.binary("add", self, b.reshape(source, {}))};
-    if (b.type(index).numel() == 0) return std::vector<Value>{self};
-    ctx.require(in_range(b, index, in[dim], false), "index out of range in index_add");
-    // Every slice of `source` along dim goes to row index[i] of self.
-    std::vector<int64_t> window;
-    for (int64_t d = 0; d < rank; ++d) {
-      if (d != dim) window.push_back(d);
-    }
-    int64_t n = b.type(index).numel();
-    Builder::ScatterDims s{window, {dim}, {dim}, 1};
-    return std::vector<Value>{b.scatter(self, b.reshape(index, {n, 1}), source, s,
-                                        [](Builder& r, const std::vector<Value>& a) {
-                                          return std::vector<Value>{r.binary("add", a[0], a[1])};
-                                        })};
+    source = b.binary("multiply", source, b.splat(ctx.scalar(4, b.element_type(self)), b.dims(source)));
+    return std::vector<Value>{scatter_rows(ctx, self, dim, index, source, /*add=*/true, "index_add")};
   }, {"aten::index_add_", "aten::index_add.out"});
 
   // index_copy(self, dim, index, source): rows of source replace rows index[i].
@@ -310,24 +319,10 @@ LoweringRegistrar registrar([] {
     Builder& b = ctx.b;
     check_index_dtype(ctx, 2, "index_copy");
     Value self = ctx.tensor(0);
-    auto in = b.dims(self);
-    int64_t rank = static_cast<int64_t>(in.size());
-    int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, rank));
+    int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, b.type(self).rank()));
     Value index = b.reshape(s64(b, ctx.tensor(2)), {b.type(ctx.tensor(2)).numel()});
     Value source = b.convert(ctx.tensor(3), b.element_type(self));
-    if (rank == 0) return std::vector<Value>{b.reshape(source, {})};
-    if (b.type(index).numel() == 0) return std::vector<Value>{self};
-    ctx.require(in_range(b, index, in[dim], false), "index_copy_(): index out of bounds");
-    std::vector<int64_t> window;
-    for (int64_t d = 0; d < rank; ++d) {
-      if (d != dim) window.push_back(d);
-    }
-    int64_t n = b.type(index).numel();
-    Builder::ScatterDims s{window, {dim}, {dim}, 1};
-    return std::vector<Value>{b.scatter(self, b.reshape(index, {n, 1}), source, s,
-                                        [](Builder& r, const std::vector<Value>& a) {
-                                          return std::vector<Value>{a[1]};
-                                        })};
+    return std::vector<Value>{scatter_rows(ctx, self, dim, index, source, /*add=*/false, "index_copy")};
   }, {"aten::index_copy_", "aten::index_copy.out"});
 
   // index_fill(self, dim, index, value): rows index[i] along dim set to value.

@@ -85,37 +85,6 @@ NllParts nll_weights(LoweringContext& ctx, Value input, Value target, int64_t ig
   return {w, class_dim};
 }
 
-// Elementwise losses: compute `fn(x, target)` in opmath precision, reduce.
-using PairFn = std::function<Value(Builder&, Value, Value)>;
-
-void pointwise_loss(const std::string& op, PairFn fn, std::vector<std::string> aliases,
-                    size_t reduction_arg) {
-  register_lowering(op, [fn, reduction_arg](LoweringContext& ctx) {
-    Builder& b = ctx.b;
-    c10::ScalarType type = result_type(ctx, {0, 1});
-    auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, opmath_type(type));
-    return std::vector<Value>{convert(b, apply_reduction(b, fn(b, xs[0], xs[1]), ctx.int_arg(reduction_arg)), type)};
-  }, std::move(aliases));
-}
-
-// grad * fn(x, target) (* 1/n for mean), for (grad, x, target, reduction).
-void pointwise_loss_backward(const std::string& op, PairFn derivative,
-                             std::vector<std::string> aliases, size_t reduction_arg) {
-  register_lowering(op, [derivative, reduction_arg](LoweringContext& ctx) {
-    Builder& b = ctx.b;
-    c10::ScalarType type = ctx.dtype(1);
-    c10::ScalarType compute = opmath_type(type);
-    auto xs = promote_and_broadcast(b, {ctx.tensor(1), ctx.tensor(2)}, compute);
-    auto dims = b.dims(xs[0]);
-    Value grad = broadcast_to(b, convert(b, ctx.tensor(0), compute), dims);
-    Value d = b.binary("multiply", grad, derivative(b, xs[0], xs[1]));
-    if (ctx.int_arg(reduction_arg) == kMean) {
-      d = b.binary("divide", d, b.splat(b.constant(static_cast<double>(b.type(d).numel()), et(compute)), dims));
-    }
-    return std::vector<Value>{convert(b, d, type)};
-  }, std::move(aliases));
-}
-
 Value splat_of(Builder& b, double v, Value like) {
   return b.splat(b.constant(v, b.element_type(like)), b.dims(like));
 }

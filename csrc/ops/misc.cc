@@ -10,6 +10,8 @@
 namespace torch_pjrt::ops {
 namespace {
 
+using hlo::RegionFn;
+
 Value float_check(Builder& b, Value x, const std::function<Value(Value)>& fn) {
   if (!hlo::is_float(b.element_type(x))) {
     return b.splat(b.constant_bool(false), b.dims(x));
@@ -21,6 +23,23 @@ Value is_nan(Builder& b, Value x) { return b.compare(x, x, hlo::Compare::kNe); }
 
 Value equals_value(Builder& b, Value x, double v) {
   return b.compare(x, b.splat(b.constant(v, b.element_type(x)), b.dims(x)), hlo::Compare::kEq);
+}
+
+// Sort order with NaN after every number (torch's order); `descending`
+// swaps the operands. Returns the comparator region for Builder::sort.
+RegionFn nan_last_order(bool descending, bool is_float) {
+  return [descending, is_float](Builder& r, const std::vector<Value>& a) {
+    Value lhs = a[0], rhs = a[1];
+    if (descending) std::swap(lhs, rhs);
+    Value less = r.compare(lhs, rhs, hlo::Compare::kLt);
+    if (is_float) {
+      Value lhs_nan = r.compare(lhs, lhs, hlo::Compare::kNe);
+      Value rhs_nan = r.compare(rhs, rhs, hlo::Compare::kNe);
+      less = r.binary("or", r.binary("and", r.unary("not", lhs_nan), rhs_nan),
+                      r.binary("and", less, r.unary("not", rhs_nan)));
+    }
+    return std::vector<Value>{less};
+  };
 }
 
 // Inclusive scan along `dim` in log2(n) shifted additions (Hillis-Steele):
@@ -254,18 +273,7 @@ LoweringRegistrar registrar([] {
     bool descending = ctx.bool_arg(3);
     bool is_float = hlo::is_float(b.element_type(x));
     Value idx = b.iota(TensorType{ElementType::kS64, in}, dim);
-    auto out = b.sort({x, idx}, dim, /*stable=*/true, [descending, is_float](Builder& r, const std::vector<Value>& a) {
-      Value lhs = a[0], rhs = a[1];
-      if (descending) std::swap(lhs, rhs);
-      Value less = r.compare(lhs, rhs, hlo::Compare::kLt);
-      if (is_float) {
-        Value lhs_nan = r.compare(lhs, lhs, hlo::Compare::kNe);
-        Value rhs_nan = r.compare(rhs, rhs, hlo::Compare::kNe);
-        less = r.binary("or", r.binary("and", r.unary("not", lhs_nan), rhs_nan),
-                        r.binary("and", less, r.unary("not", rhs_nan)));
-      }
-      return std::vector<Value>{less};
-    });
+    auto out = b.sort({x, idx}, dim, /*stable=*/true, nan_last_order(descending, is_float));
     return out;
   }, {"aten::sort.values_stable"});
 
@@ -284,18 +292,7 @@ LoweringRegistrar registrar([] {
     bool largest = ctx.bool_arg(3);
     bool is_float = hlo::is_float(b.element_type(x));
     Value idx = b.iota(TensorType{ElementType::kS64, in}, dim);
-    auto sorted = b.sort({x, idx}, dim, true, [largest, is_float](Builder& r, const std::vector<Value>& a) {
-      Value lhs = a[0], rhs = a[1];
-      if (largest) std::swap(lhs, rhs);
-      Value less = r.compare(lhs, rhs, hlo::Compare::kLt);
-      if (is_float) {
-        Value lhs_nan = r.compare(lhs, lhs, hlo::Compare::kNe);
-        Value rhs_nan = r.compare(rhs, rhs, hlo::Compare::kNe);
-        less = r.binary("or", r.binary("and", r.unary("not", lhs_nan), rhs_nan),
-                        r.binary("and", less, r.unary("not", rhs_nan)));
-      }
-      return std::vector<Value>{less};
-    });
+    auto sorted = b.sort({x, idx}, dim, true, nan_last_order(largest, is_float));
     int64_t rank = static_cast<int64_t>(in.size());
     std::vector<int64_t> start(rank, 0), limit = in, strides(rank, 1);
     limit[dim] = k;
