@@ -37,18 +37,48 @@ PJRT_Client_BufferFromHostBuffer_Args host_buffer_args(const Client& client, con
 }  // namespace
 
 Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer)
-    : client_(std::move(client)), buffer_(buffer) {}
+    : client_(std::move(client)), buffer_(buffer) {
+  try {
+    read_shape();
+  } catch (...) {
+    reset();
+    throw;
+  }
+}
 
 Buffer::Buffer(Buffer&& other) noexcept
-    : client_(std::move(other.client_)), buffer_(std::exchange(other.buffer_, nullptr)) {}
+    : client_(std::move(other.client_)),
+      buffer_(std::exchange(other.buffer_, nullptr)),
+      type_(other.type_),
+      dims_(std::move(other.dims_)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
     reset();
     client_ = std::move(other.client_);
     buffer_ = std::exchange(other.buffer_, nullptr);
+    type_ = other.type_;
+    dims_ = std::move(other.dims_);
   }
   return *this;
+}
+
+void Buffer::read_shape() {
+  const PJRT_Api* api = client_->api();
+  auto type_args = TORCH_PJRT_ARGS(PJRT_Buffer_ElementType_Args);
+  type_args.buffer = buffer_;
+  check(api, api->PJRT_Buffer_ElementType(&type_args), "PJRT_Buffer_ElementType");
+  auto type = from_pjrt(type_args.type);
+  if (!type) {
+    throw Error("Buffer::element_type", ErrorCode::kUnimplemented,
+                "PJRT element type " + std::to_string(int(type_args.type)) +
+                    " has no torch-pjrt name");
+  }
+  type_ = *type;
+  auto dims_args = TORCH_PJRT_ARGS(PJRT_Buffer_Dimensions_Args);
+  dims_args.buffer = buffer_;
+  check(api, api->PJRT_Buffer_Dimensions(&dims_args), "PJRT_Buffer_Dimensions");
+  dims_.assign(dims_args.dims, dims_args.dims + dims_args.num_dims);
 }
 
 Buffer::~Buffer() { reset(); }
@@ -123,28 +153,11 @@ Buffer Buffer::copy_to(const Device& device) const {
   return Buffer(client_, args.dst_buffer);
 }
 
-ElementType Buffer::element_type() const {
-  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_ElementType_Args);
-  args.buffer = buffer_;
-  const PJRT_Api* api = client_->api();
-  check(api, api->PJRT_Buffer_ElementType(&args), "PJRT_Buffer_ElementType");
-  auto type = from_pjrt(args.type);
-  if (!type) {
-    throw Error("Buffer::element_type", ErrorCode::kUnimplemented,
-                "PJRT element type " + std::to_string(int(args.type)) + " has no torch-pjrt name");
-  }
-  return *type;
-}
+ElementType Buffer::element_type() const { return type_; }
 
-std::vector<int64_t> Buffer::dims() const {
-  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_Dimensions_Args);
-  args.buffer = buffer_;
-  const PJRT_Api* api = client_->api();
-  check(api, api->PJRT_Buffer_Dimensions(&args), "PJRT_Buffer_Dimensions");
-  return std::vector<int64_t>(args.dims, args.dims + args.num_dims);
-}
+std::vector<int64_t> Buffer::dims() const { return dims_; }
 
-int64_t Buffer::element_count() const { return element_count_of(dims()); }
+int64_t Buffer::element_count() const { return element_count_of(dims_); }
 
 size_t Buffer::byte_size() const { return element_count() * byte_width(element_type()); }
 

@@ -67,8 +67,13 @@ class Buffer {
 
  private:
   void reset() noexcept;
+  void read_shape();
   std::shared_ptr<Client> client_;
   PJRT_Buffer* buffer_ = nullptr;
+  // A buffer's type and dims never change: read once, not on every use
+  // (the eager hot path asks for them several times per op).
+  ElementType type_ = ElementType::kF32;
+  std::vector<int64_t> dims_;
 };
 
 }  // namespace torch_pjrt::pjrt
