@@ -14,6 +14,8 @@ import pytest
 
 _CACHE = tempfile.mkdtemp(prefix="torch_pjrt_test_cache_")
 os.environ["TORCH_PJRT_CACHE_DIR"] = _CACHE
+# Models come from configs or installed packages; never from a hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -221,6 +221,35 @@ LoweringRegistrar registrar([] {
     return std::vector<Value>{searchsorted(ctx, ctx.tensor(1), ctx.tensor(0), ctx.bool_arg(2), ctx.bool_arg(3))};
   }, {"aten::bucketize.Tensor_out"});
 
+  // isin(elements, test_elements, assume_unique, invert): compare every
+  // element with every test element (generation's stop checks use it).
+  auto isin = [](LoweringContext& ctx, Value elements, Value test, bool invert) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = result_type(ctx, {0, 1});
+    elements = convert(b, elements, type);
+    test = b.reshape(convert(b, test, type), {b.type(test).numel()});
+    auto dims = b.dims(elements);
+    int64_t m = b.dims(test)[0];
+    std::vector<int64_t> full = dims;
+    full.push_back(m);
+    std::vector<int64_t> emap;
+    for (size_t i = 0; i < dims.size(); ++i) emap.push_back(static_cast<int64_t>(i));
+    Value eq = b.compare(b.broadcast_in_dim(elements, full, emap),
+                         b.broadcast_in_dim(test, full, {static_cast<int64_t>(dims.size())}), hlo::Compare::kEq);
+    Value found = m == 0 ? b.splat(b.constant_bool(false), dims)
+                         : reduce(b, eq, {static_cast<int64_t>(dims.size())}, ReduceKind::kOr);
+    return invert ? b.unary("not", found) : found;
+  };
+  register_lowering("aten::isin.Tensor_Tensor", [isin](LoweringContext& ctx) {
+    return std::vector<Value>{isin(ctx, ctx.tensor(0), ctx.tensor(1), ctx.bool_arg(3))};
+  }, {"aten::isin.Tensor_Tensor_out"});
+  register_lowering("aten::isin.Tensor_Scalar", [isin](LoweringContext& ctx) {
+    return std::vector<Value>{isin(ctx, ctx.tensor(0), ctx.b.reshape(ctx.tensor(1), {1}), ctx.bool_arg(3))};
+  }, {"aten::isin.Tensor_Scalar_out"});
+  register_lowering("aten::isin.Scalar_Tensor", [isin](LoweringContext& ctx) {
+    return std::vector<Value>{isin(ctx, ctx.tensor(0), ctx.tensor(1), ctx.bool_arg(3))};
+  }, {"aten::isin.Scalar_Tensor_out"});
+
   register_lowering("aten::flip", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     Value x = ctx.tensor(0);
