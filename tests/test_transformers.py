@@ -127,7 +127,16 @@ def test_minilm_real_weights_embed_like_cpu(monkeypatch):
     assert torch_pjrt.metrics()["fallback_ops"] == {}
 
 
-@pytest.mark.parametrize("kind", ["llama", "bert"])
+def test_moving_to_the_device_keeps_tied_weights():
+    model = tiny("gpt2", "sdpa")
+    count = len(list(model.parameters()))
+    assert model.lm_head.weight is model.transformer.wte.weight
+    model.to(NAME)
+    assert model.lm_head.weight is model.transformer.wte.weight
+    assert len(list(model.parameters())) == count
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "bert"])
 def test_manual_fine_tuning_matches_cpu(kind):
     """AdamW, a linear LR schedule and gradient clipping, 20 steps; dropout
     off so that the two devices' random streams do not enter the losses."""
@@ -141,7 +150,7 @@ def test_manual_fine_tuning_matches_cpu(kind):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         sched = torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.1, 20)
         ids, mask = (x.to(device) for x in inputs())
-        labels = ids if kind == "llama" else torch.tensor([0, 2], device=device)
+        labels = ids if kind in ("llama", "gpt2") else torch.tensor([0, 2], device=device)
         losses = []
         for _ in range(20):
             opt.zero_grad()
@@ -214,6 +223,7 @@ def same_behaviour(call):
     torch.testing.assert_close(call(NAME).cpu(), expected, rtol=1e-4, atol=1e-5)
 
 
+@torch.no_grad()  # the model moves between calls; no graph may hold its weights
 def test_bad_inputs_raise_like_cpu():
     gpt2 = tiny("gpt2", "sdpa")
     ids, mask = inputs()
