@@ -45,7 +45,8 @@ import torch_pjrt
 
 # benchmarks/ is not a package; running this file puts its folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtime import DEFAULT_OUT, REPO, fmt, machine_facts, machine_tag
+from runtime import DEFAULT_OUT, fmt, machine_facts, machine_tag
+from _common import plugin_facts, write_results
 
 SCHEMA = "torch-pjrt/eager-ops-bench/1"
 DEVICE = torch_pjrt.settings().device_name
@@ -266,18 +267,6 @@ def markdown(record: dict[str, Any]) -> str:
     return header + "\n".join(table) + "\n" + overhead + check
 
 
-def plugin_facts() -> dict[str, Any]:
-    """runtime_bench's `plugin` object, from what the running plugin reports."""
-    info = torch_pjrt.runtime.info()
-    xla_version = info["attributes"].get("xla_version")
-    return {
-        "file": Path(info["plugin_path"]).name,
-        "pjrt_api_version": ".".join(map(str, info["pjrt_api_version"])),
-        "xla_version": None if xla_version is None else str(xla_version),
-        "platform_name": info["platform_name"],
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
@@ -339,14 +328,7 @@ def main() -> None:
     if reference is None:
         print("no runtime-*.json found: the per-op overhead is not reported")
 
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"eager_ops-{date}-{tag}"
-    json_path, md_path = args.out_dir / f"{stem}.json", args.out_dir / f"{stem}.md"
-    json_path.write_text(json.dumps(record, indent=2) + "\n")
-    md_path.write_text(table)
-    for path in (json_path, md_path):
-        shown = path.resolve().relative_to(REPO) if path.resolve().is_relative_to(REPO) else path
-        print(f"wrote {shown}")
+    write_results(record, table, args.out_dir, f"eager_ops-{date}-{tag}")
     if not (checks["zero_compilations"] and checks["zero_fallbacks"]):
         raise SystemExit(1)
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import json
 import os
 import statistics
 import sys
@@ -60,6 +59,7 @@ import transformers
 # benchmarks/ is not a package; running this file puts its folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runtime import DEFAULT_OUT, REPO, fmt, machine_facts, machine_tag
+from _common import plugin_facts, system_busy_s, wait_for_quiet, write_results
 
 sys.path.insert(0, str(REPO / "tests"))
 import test_transformers as t
@@ -92,28 +92,6 @@ def counters() -> dict[str, int]:
 
 def diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {key: after[key] - before[key] for key in before}
-
-
-def system_busy_s() -> float:
-    """CPU seconds all processes of the machine have used (Linux); 0.0 elsewhere."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return 0.0
-    idle = fields[3] + fields[4]  # idle, iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_for_quiet(limit_s: float, threshold_cores: float = 0.25) -> float:
-    """As in train_small.py: waits, up to limit_s, for a second in which other
-    processes use under threshold_cores; returns the last second's load, in cores."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        busy = system_busy_s()
-        time.sleep(1.0)
-        load = system_busy_s() - busy  # this process sleeps: all of it is others'
-        if load < threshold_cores or time.monotonic() >= deadline:
-            return round(load, 2)
 
 
 def make(kind: str, device: str, train: bool) -> torch.nn.Module:
@@ -321,17 +299,6 @@ def bench_model(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def plugin_facts() -> dict[str, Any]:
-    info = torch_pjrt.runtime.info()
-    xla_version = info["attributes"].get("xla_version")
-    return {
-        "file": Path(info["plugin_path"]).name,
-        "pjrt_api_version": ".".join(map(str, info["pjrt_api_version"])),
-        "xla_version": None if xla_version is None else str(xla_version),
-        "platform_name": info["platform_name"],
-    }
-
-
 def ratio(section: dict[str, Any] | None) -> str:
     if section is None:
         return "—"
@@ -515,14 +482,7 @@ def main() -> None:
 
     table = markdown(record)
     print("\n" + table)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"hf_models-{date}-{tag}"
-    json_path, md_path = args.out_dir / f"{stem}.json", args.out_dir / f"{stem}.md"
-    json_path.write_text(json.dumps(record, indent=2) + "\n")
-    md_path.write_text(table)
-    for path in (json_path, md_path):
-        shown = path.resolve().relative_to(REPO) if path.resolve().is_relative_to(REPO) else path
-        print(f"wrote {shown}")
+    write_results(record, table, args.out_dir, f"hf_models-{date}-{tag}")
     if not checks["ok"]:
         raise SystemExit(1)
 

@@ -59,6 +59,7 @@ import torch_pjrt
 # benchmarks/ is not a package; running this file puts its folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runtime import DEFAULT_OUT, REPO, fmt, machine_facts, machine_tag
+from _common import plugin_facts, system_busy_s, wait_for_quiet, write_results
 
 sys.path.insert(0, str(REPO / "tests"))
 import test_training as t
@@ -156,16 +157,6 @@ class Trainer:
             return time.perf_counter() - start
         finally:
             gc.enable()
-
-
-def system_busy_s() -> float:
-    """CPU seconds all processes of the machine have used (Linux); 0.0 elsewhere."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return 0.0
-    idle = fields[3] + fields[4]  # idle, iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def counters() -> dict[str, int]:
@@ -319,30 +310,6 @@ def bench_model(name: str, warmup: int, batches: int, target_s: float) -> dict[s
             "fallback_ops_whole_run": after["fallback_ops"],
         },
     }
-
-
-def plugin_facts() -> dict[str, Any]:
-    """runtime_bench's `plugin` object, from what the running plugin reports."""
-    info = torch_pjrt.runtime.info()
-    xla_version = info["attributes"].get("xla_version")
-    return {
-        "file": Path(info["plugin_path"]).name,
-        "pjrt_api_version": ".".join(map(str, info["pjrt_api_version"])),
-        "xla_version": None if xla_version is None else str(xla_version),
-        "platform_name": info["platform_name"],
-    }
-
-
-def wait_for_quiet(limit_s: float, threshold_cores: float = 0.25) -> float:
-    """Waits, up to limit_s, for a second in which other processes use under
-    threshold_cores; returns the load of the last second measured, in cores."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        busy = system_busy_s()
-        time.sleep(1.0)
-        load = system_busy_s() - busy  # this process sleeps: all of it is others'
-        if load < threshold_cores or time.monotonic() >= deadline:
-            return round(load, 2)
 
 
 def run_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -514,14 +481,7 @@ def main() -> None:
 
     table = markdown(record)
     print("\n" + table)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"train_small-{date}-{tag}"
-    json_path, md_path = args.out_dir / f"{stem}.json", args.out_dir / f"{stem}.md"
-    json_path.write_text(json.dumps(record, indent=2) + "\n")
-    md_path.write_text(table)
-    for path in (json_path, md_path):
-        shown = path.resolve().relative_to(REPO) if path.resolve().is_relative_to(REPO) else path
-        print(f"wrote {shown}")
+    write_results(record, table, args.out_dir, f"train_small-{date}-{tag}")
     if not checks["ok"]:
         raise SystemExit(1)
 
