@@ -71,6 +71,8 @@ OPTIMIZERS = {
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=False, weight_decay=0.1),
     "adamw_capturable_foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=True,
                                                             capturable=True),
+    "adamw_fused": lambda p: torch.optim.AdamW(p, lr=1e-2, fused=True, weight_decay=0.1),
+    "adam_fused_amsgrad": lambda p: torch.optim.Adam(p, lr=1e-2, fused=True, amsgrad=True),
     "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-3, foreach=False),
     "rmsprop_foreach": lambda p: torch.optim.RMSprop(p, lr=1e-3, momentum=0.5, foreach=True),
     "adagrad": lambda p: torch.optim.Adagrad(p, lr=0.05, foreach=True),
@@ -267,3 +269,72 @@ def test_safetensors_round_trip(tmp_path):
     assert other[0].weight.device.type == NAME
     x = regression_data()[0].to(NAME)
     assert torch.equal(other(x).cpu(), model(x).cpu())
+
+
+FUSED_CASES = [
+    ("adamw", dict(weight_decay=0.01)),
+    ("adam", dict(weight_decay=0.1)),
+    ("adamw", dict(amsgrad=True, maximize=True)),
+    ("adam", dict(lr_tensor=True)),
+    ("adamw", dict(grad_scale=True)),
+]
+
+
+@pytest.mark.parametrize("kind,options", FUSED_CASES,
+                         ids=[f"{k}-{'-'.join(o) or 'plain'}" for k, o in FUSED_CASES])
+def test_fused_adam_kernels_match_cpu(kind, options):
+    """aten::_fused_adam(w)_ (fused=True; the HF Trainer's default
+    optimizer) runs on the device: same parameters, moments and gradients as
+    torch's CPU kernel over several steps, including the AMP path where a
+    step with found_inf=1 must leave everything untouched."""
+    options = dict(options)
+    lr_tensor = options.pop("lr_tensor", False)
+    grad_scale = options.pop("grad_scale", False)
+    op = torch.ops.aten._fused_adamw_ if kind == "adamw" else torch.ops.aten._fused_adam_
+    g = torch.Generator().manual_seed(7)
+    shapes = [(5, 3), (7,), (2, 2, 2)]
+
+    def state(device):
+        make = lambda: [torch.randn(s, generator=torch.Generator().manual_seed(i)).to(device)
+                        for i, s in enumerate(shapes)]
+        params = make()
+        zeros = lambda: [torch.zeros(s, device=device) for s in shapes]
+        return dict(params=params, exp_avgs=zeros(), exp_avg_sqs=zeros(), max_sqs=zeros(),
+                    steps=[torch.zeros((), device=device) for _ in shapes])
+
+    cpu, dev = state("cpu"), state(NAME)
+    torch_pjrt.reset_metrics()
+    for step in range(4):
+        grads = [torch.randn(s, generator=g) for s in shapes]
+        found = 1.0 if (grad_scale and step == 2) else 0.0
+        for st, device in ((cpu, "cpu"), (dev, NAME)):
+            for t in st["steps"]:
+                t.add_(1)
+            gs = [x.to(device) * (1024.0 if grad_scale else 1.0) for x in grads]
+            kwargs = dict(lr=torch.tensor(0.01, device=device) if lr_tensor else 0.01,
+                          beta1=0.9, beta2=0.99, weight_decay=options.get("weight_decay", 0.0),
+                          eps=1e-8, amsgrad=options.get("amsgrad", False),
+                          maximize=options.get("maximize", False))
+            if grad_scale:
+                kwargs.update(grad_scale=torch.tensor(1024.0, device=device),
+                              found_inf=torch.tensor(found, device=device))
+            max_sqs = st["max_sqs"] if options.get("amsgrad") else []
+            op(st["params"], gs, st["exp_avgs"], st["exp_avg_sqs"], max_sqs, st["steps"],
+               **kwargs)
+            st.setdefault("grads", []).append(gs)
+    for key in ("params", "exp_avgs", "exp_avg_sqs", "max_sqs"):
+        for a, b in zip(dev[key], cpu[key]):
+            torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-6)
+    for gd, gc in zip(dev["grads"], cpu["grads"]):
+        for a, b in zip(gd, gc):
+            torch.testing.assert_close(a.cpu(), b, rtol=1e-6, atol=1e-6)
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_fused_adam_rejects_mismatched_lists():
+    p = [torch.zeros(3, device=NAME)]
+    with pytest.raises(RuntimeError, match=r"_fused_adam_.*exp_avgs\[0\].*\(4,\)"):
+        torch.ops.aten._fused_adam_(p, [torch.zeros(3, device=NAME)], [torch.zeros(4, device=NAME)],
+                                    [torch.zeros(3, device=NAME)], [], [torch.ones((), device=NAME)],
+                                    lr=0.1, beta1=0.9, beta2=0.99, weight_decay=0.0, eps=1e-8,
+                                    amsgrad=False, maximize=False)

@@ -239,3 +239,43 @@ def test_bad_inputs_raise_like_cpu():
         same_behaviour(lambda d: gpt2.to(d)(input_ids=ids.to(d), attention_mask=bad_mask.to(d)).logits)
     long_ids = torch.randint(3, 1000, (1, 200))  # past the 128 positions: IndexError on CPU
     same_behaviour(lambda d: gpt2.to(d)(input_ids=long_ids.to(d)).logits)
+
+
+class _TokenDataset(torch.utils.data.Dataset):
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        ids = torch.randint(3, 1000, (16,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids.clone()}
+
+
+def test_hf_trainer_trains_on_the_device_like_cpu(tmp_path):
+    """The unmodified Trainer (default fused AdamW, linear schedule, gradient
+    clipping) trains on the device: accelerate is taught the device on
+    import, and fused AdamW runs natively. Losses match use_cpu=True."""
+    def run(use_cpu: bool):
+        model = tiny("llama", "sdpa").train()
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / ("cpu" if use_cpu else "dev")), use_cpu=use_cpu,
+            per_device_train_batch_size=4, max_steps=6, learning_rate=1e-3, warmup_steps=2,
+            logging_steps=1, report_to=[], save_strategy="no", dataloader_pin_memory=False,
+            disable_tqdm=True, seed=0)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=_TokenDataset())
+        trainer.train()
+        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        return losses, trainer, model
+
+    cpu_losses, cpu_trainer, cpu_model = run(use_cpu=True)
+    assert cpu_trainer.args.device.type == "cpu"
+    torch_pjrt.reset_metrics()
+    dev_losses, trainer, model = run(use_cpu=False)
+    assert trainer.args.device.type == NAME and trainer.accelerator.device.type == NAME
+    assert next(model.parameters()).device.type == NAME
+    assert len(dev_losses) == len(cpu_losses) == 6
+    torch.testing.assert_close(torch.tensor(dev_losses), torch.tensor(cpu_losses),
+                               rtol=1e-4, atol=1e-4)
+    for (name, got), expected in zip(model.named_parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(got.detach().cpu(), expected.detach(), rtol=1e-4, atol=1e-5,
+                                   msg=lambda m: f"{name}: {m}")
+    assert torch_pjrt.metrics()["fallback_ops"] == {}

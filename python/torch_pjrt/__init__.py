@@ -38,6 +38,10 @@ def _register_device() -> None:
     # become two parameters on the device. Swapping converts in place and
     # keeps every Parameter's identity, so ties survive the move.
     torch.__future__.set_swap_module_params_on_conversion(True)
+    from . import _accelerate, _fused_optim
+
+    _fused_optim.register()
+    _accelerate.install(name)
 
 
 def _start_runtime() -> None:

@@ -1,0 +1,129 @@
+"""Device kernels for torch's fused Adam and AdamW (`fused=True`).
+
+`torch.optim.Adam(..., fused=True)` and AdamW call `aten::_fused_adam_` and
+`aten::_fused_adamw_`, which torch implements only for CPU, CUDA and MPS;
+the Hugging Face Trainer's default optimizer (`adamw_torch_fused`) uses
+them. Without these kernels every step would fall back to the CPU. Here the
+update is written with ordinary device ops, which the lowering table runs
+natively: everything stays on the device, the step count and learning rate
+are device values, and nothing waits for the host.
+
+The arithmetic follows torch's fused kernels: the gradient is divided by
+`grad_scale` (and written back, as the CPU kernel does), negated under
+`maximize`; AdamW decays the parameter, Adam adds the decay to the
+gradient; the moments update with `lerp`/`addcmul`; the step uses the
+bias corrections of the (already incremented) step count. Where `found_inf`
+is nonzero the tensors keep their old values, as torch's kernels skip the
+update.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import torch
+
+_LIB: Optional[torch.library.Library] = None
+
+
+def _adam_step(
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    exp_avgs: Sequence[torch.Tensor],
+    exp_avg_sqs: Sequence[torch.Tensor],
+    max_exp_avg_sqs: Sequence[torch.Tensor],
+    state_steps: Sequence[torch.Tensor],
+    lr: Union[float, torch.Tensor],
+    beta1: float,
+    beta2: float,
+    weight_decay: float,
+    eps: float,
+    amsgrad: bool,
+    maximize: bool,
+    grad_scale: Optional[torch.Tensor],
+    found_inf: Optional[torch.Tensor],
+    decoupled: bool,
+) -> None:
+    n = len(params)
+    op = "_fused_adamw_" if decoupled else "_fused_adam_"
+    lists = {"grads": grads, "exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs,
+             "state_steps": state_steps}
+    if amsgrad:
+        lists["max_exp_avg_sqs"] = max_exp_avg_sqs
+    elif len(max_exp_avg_sqs) != 0:
+        raise RuntimeError(f"aten::{op}: max_exp_avg_sqs must be empty when amsgrad=False, "
+                           f"got {len(max_exp_avg_sqs)} tensors")
+    for name, values in lists.items():
+        if len(values) != n:
+            raise RuntimeError(
+                f"aten::{op}: {name} has {len(values)} tensors but there are {n} parameters")
+    for i in range(n):
+        p = params[i]
+        for name, values in lists.items():
+            t = values[i]
+            if name != "state_steps" and (t.shape != p.shape or t.device != p.device):
+                raise RuntimeError(
+                    f"aten::{op}: {name}[{i}] has shape {tuple(t.shape)} on {t.device} but "
+                    f"parameter {i} has shape {tuple(p.shape)} on {p.device}")
+    for i in range(n):
+        param, grad, exp_avg, exp_avg_sq = params[i], grads[i], exp_avgs[i], exp_avg_sqs[i]
+        step = state_steps[i].to(device=param.device, dtype=torch.float32)
+        keep = None
+        if found_inf is not None:
+            keep = found_inf.to(param.device).reshape(()) != 0
+        if grad_scale is not None:
+            unscaled = grad / grad_scale.to(param.device).reshape(())
+            grad.copy_(unscaled if keep is None else torch.where(keep, grad, unscaled))
+            grad = unscaled
+        if maximize:
+            grad = -grad
+        lr_value = lr.to(param.device).reshape(()) if isinstance(lr, torch.Tensor) else lr
+        new_param = param
+        if weight_decay != 0:
+            if decoupled:
+                new_param = param * (1 - lr_value * weight_decay)
+            else:
+                grad = grad + param * weight_decay
+        new_avg = exp_avg.lerp(grad, 1 - beta1)
+        new_sq = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
+        bias_correction1 = 1 - torch.pow(beta1, step)
+        bias_correction2_sqrt = torch.sqrt(1 - torch.pow(beta2, step))
+        second = new_sq
+        new_max = None
+        if amsgrad:
+            new_max = torch.maximum(max_exp_avg_sqs[i], new_sq)
+            second = new_max
+        denom = second.sqrt() / bias_correction2_sqrt + eps
+        new_param = new_param - (lr_value / bias_correction1) * new_avg / denom
+        updates = [(param, new_param), (exp_avg, new_avg), (exp_avg_sq, new_sq)]
+        if new_max is not None:
+            updates.append((max_exp_avg_sqs[i], new_max))
+        for target, value in updates:
+            if keep is not None:
+                value = torch.where(keep, target, value)
+            target.copy_(value)
+
+
+def _make_kernel(decoupled: bool):
+    def kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr,
+               beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None,
+               found_inf=None):
+        with torch.no_grad():
+            _adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr,
+                       beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale,
+                       found_inf, decoupled)
+
+    return kernel
+
+
+def register(dispatch_key: str = "PrivateUse1") -> None:
+    """Registers the kernels once for the device's dispatch key."""
+    global _LIB
+    if _LIB is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    for name, decoupled in (("_fused_adam_", False), ("_fused_adamw_", True)):
+        kernel = _make_kernel(decoupled)
+        lib.impl(name, kernel, dispatch_key)
+        lib.impl(f"{name}.tensor_lr", kernel, dispatch_key)
+    _LIB = lib
