@@ -109,7 +109,7 @@ const Program& program_for(const ProgramKey& key,
 
   std::lock_guard<std::mutex> lock(mutex);
   auto [it, inserted] = programs.emplace(full, std::move(program));
-  if (inserted) reasons[reason_for(key)]++;
+  if (inserted) reasons[key.reason().empty() ? reason_for(key) : key.reason()]++;
   return *it->second;
 }
 

@@ -28,6 +28,10 @@ class ProgramKey {
   ProgramKey& attr(uint64_t v) { attrs_.add(v); return *this; }
   ProgramKey& attr(std::string_view v) { attrs_.add(v); return *this; }
   const std::string& op() const { return op_; }
+  // Overrides the recompile reason a miss records (compiled graphs know
+  // better: "input 0 dim 1: 16 -> 32").
+  ProgramKey& reason(std::string why) { reason_ = std::move(why); return *this; }
+  const std::string& reason() const { return reason_; }
   pjrt::Hash128 dtypes() const { return dtypes_.finish(); }
   pjrt::Hash128 shapes() const { return shapes_.finish(); }
   pjrt::Hash128 attrs() const { return attrs_.finish(); }
@@ -35,6 +39,7 @@ class ProgramKey {
 
  private:
   std::string op_;
+  std::string reason_;
   pjrt::Hasher dtypes_, shapes_, attrs_;
 };
 

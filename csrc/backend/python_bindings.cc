@@ -13,6 +13,7 @@
 #include "backend/execute.h"
 #include "backend/fallback.h"
 #include "backend/generator.h"
+#include "backend/graph.h"
 #include "backend/program_cache.h"
 #include "backend/runtime_state.h"
 #include "backend/settings.h"
@@ -158,6 +159,49 @@ void route_warnings_to_python() {
   });
 }
 
+void bind_graphs(py::module& m) {
+  py::class_<GraphRef>(m, "_GraphRef")
+      .def(py::init([](int node, int output) { return GraphRef{node, output}; }))
+      .def_readonly("node", &GraphRef::node)
+      .def_readonly("output", &GraphRef::output)
+      .def("__repr__", [](const GraphRef& r) {
+        return "_GraphRef(" + std::to_string(r.node) + ", " + std::to_string(r.output) + ")";
+      });
+  py::class_<GraphProgram, std::shared_ptr<GraphProgram>>(m, "_GraphProgram")
+      .def_property_readonly("num_results", [](const GraphProgram& g) { return g.num_results; })
+      .def_property_readonly("num_checks", [](const GraphProgram& g) { return g.check_messages.size(); })
+      .def("run", [](const GraphProgram& g, const std::vector<at::Tensor>& args, int device,
+                     const std::vector<std::pair<int, int>>& mutations) {
+        return run_graph(g, args, device, mutations);
+      });
+  // nodes: [(op, args tuple, kwargs dict, [(dtype | None, shape)])]
+  m.def("_compile_graph", [](const std::string& name, const std::string& key,
+                             const std::string& reason, const py::list& inputs,
+                             const py::list& nodes, const std::vector<GraphRef>& outputs,
+                             bool random) {
+    std::vector<GraphInput> ins;
+    for (py::handle h : inputs) {
+      auto t = h.cast<py::tuple>();
+      ins.push_back(GraphInput{t[0].cast<at::ScalarType>(),
+                               t[1].cast<std::vector<int64_t>>(), t[2].cast<bool>()});
+    }
+    std::vector<GraphNode> ns;
+    for (py::handle h : nodes) {
+      auto t = h.cast<py::tuple>();
+      GraphNode node{t[0].cast<std::string>(), t[1].cast<py::tuple>(), t[2].cast<py::dict>(), {}};
+      for (py::handle e : t[3]) {
+        auto et = e.cast<py::tuple>();
+        ExpectedOutput out;
+        if (!et[0].is_none()) out.dtype = et[0].cast<at::ScalarType>();
+        out.shape = et[1].cast<std::vector<int64_t>>();
+        node.expected.push_back(std::move(out));
+      }
+      ns.push_back(std::move(node));
+    }
+    return compile_graph(name, key, reason, ins, ns, outputs, random);
+  });
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -221,6 +265,8 @@ PYBIND11_MODULE(_C, m) {
     c.peak = c.allocated.load();
   });
   m.def("_lowered_ops", &ops::lowered_ops);
+  m.def("_graph_lowered_ops", &ops::graph_lowered_ops);
+  bind_graphs(m);
   m.def("_current_device", [] {
     return c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
   });

@@ -37,6 +37,44 @@ void register_lowering(const std::string& op, LoweringFn fn, std::vector<std::st
   }
 }
 
+void register_graph_lowering(const std::string& op, LoweringFn fn,
+                             std::vector<std::string> aliases, bool random) {
+  register_lowering(op, std::move(fn), aliases, {}, {}, random, {});
+  auto& names = registry().by_name;
+  names[op]->graph_only = true;
+}
+
+LoweringArg tensor_arg(Value v, c10::ScalarType dtype) {
+  LoweringArg a;
+  a.kind = LoweringArg::Kind::kTensor;
+  a.tensor = v;
+  a.dtype = dtype;
+  return a;
+}
+
+LoweringArg static_arg(c10::IValue v) {
+  LoweringArg a;
+  a.kind = v.isNone() ? LoweringArg::Kind::kNone : LoweringArg::Kind::kStatic;
+  a.value = std::move(v);
+  return a;
+}
+
+std::vector<Value> delegate(LoweringContext& ctx, const std::string& op,
+                            std::vector<LoweringArg> args) {
+  const Lowering* lowering = find_lowering(op);
+  TORCH_INTERNAL_ASSERT(lowering != nullptr, "torch_pjrt: no lowering for ", op);
+  LoweringContext inner(ctx.b, lowering->op, std::move(args));
+  inner.set_out_dtypes(ctx.out_dtypes());
+  if (lowering->random) inner.set_rng_state(ctx.rng_state());
+  std::vector<Value> out = lowering->fn(inner);
+  if (lowering->random) ctx.set_rng_state(inner.rng_state());
+  for (size_t i = 0; i < inner.checks().size(); ++i) {
+    const std::string& tagged = inner.check_messages()[i];
+    ctx.require(inner.checks()[i], tagged.substr(1), tagged[0] == 'I');
+  }
+  return out;
+}
+
 const Lowering* find_lowering(const std::string& op) {
   auto& names = registry().by_name;
   auto it = names.find(op);
@@ -44,6 +82,14 @@ const Lowering* find_lowering(const std::string& op) {
 }
 
 std::vector<std::string> lowered_ops() {
+  std::vector<std::string> out;
+  for (const auto& [name, lowering] : registry().by_name) {
+    if (!lowering->graph_only) out.push_back(name);
+  }
+  return out;
+}
+
+std::vector<std::string> graph_lowered_ops() {
   std::vector<std::string> out;
   for (const auto& [name, _] : registry().by_name) out.push_back(name);
   return out;

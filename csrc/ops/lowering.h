@@ -84,6 +84,7 @@ class LoweringContext {
   // successive calls within one lowering give independent bits.
   Value random_bits(const TensorType& type);
   void set_rng_state(Value state) { rng_state_ = state; }
+  Value rng_state() const { return rng_state_; }
   // Each message starts with its error kind: 'I' IndexError, 'R' RuntimeError.
   const std::vector<std::string>& check_messages() const { return check_messages_; }
   void set_out_dtypes(std::vector<c10::ScalarType> dtypes) { out_dtypes_ = std::move(dtypes); }
@@ -115,6 +116,9 @@ struct Lowering {
   // say so (native_batch_norm's running statistics). The lowering returns
   // their new values after its outputs, for the defined ones, in order.
   std::vector<int> mutated_args;
+  // Used by compiled graphs only: eager mode implements the op otherwise
+  // (views are storage metadata there), so no eager kernel is registered.
+  bool graph_only = false;
 };
 
 // Registers `fn` for the functional op `op` and for its in-place and out=
@@ -124,10 +128,23 @@ void register_lowering(const std::string& op, LoweringFn fn,
                        std::vector<int> shape_only = {}, bool random = false,
                        std::vector<int> mutated_args = {});
 
+// Registers a lowering that only compiled graphs use (see Lowering::graph_only).
+void register_graph_lowering(const std::string& op, LoweringFn fn,
+                             std::vector<std::string> aliases = {}, bool random = false);
+
+// Runs the lowering of `op` from inside another lowering, with `args` laid
+// out as `op`'s schema; its data checks and random state carry over to `ctx`.
+std::vector<Value> delegate(LoweringContext& ctx, const std::string& op,
+                            std::vector<LoweringArg> args);
+LoweringArg tensor_arg(Value v, c10::ScalarType dtype);
+LoweringArg static_arg(c10::IValue v);
+
 // The lowering for `op` or one of its variants; null when none is registered.
 const Lowering* find_lowering(const std::string& op);
-// Every registered operator name, variants included.
+// Every operator name eager mode registers a kernel for, variants included.
 std::vector<std::string> lowered_ops();
+// Every operator name a compiled graph can lower (eager ones and graph-only).
+std::vector<std::string> graph_lowered_ops();
 
 // Static registration from each op family's file.
 struct LoweringRegistrar {
