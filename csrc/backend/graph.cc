@@ -215,6 +215,12 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& name, const std::
                                             const std::vector<GraphInput>& inputs,
                                             const std::vector<GraphNode>& nodes,
                                             const std::vector<GraphRef>& outputs, bool random) {
+  // Random ops share one generator state parameter, threaded through them
+  // in order; each run advances the generator's offset once.
+  for (const GraphNode& node : nodes) {
+    const ops::Lowering* lowering = ops::find_lowering(node.op);
+    if (lowering != nullptr && lowering->random) random = true;
+  }
   ProgramKey pkey("graph:" + name);
   pkey.attr(key);
   for (const auto& in : inputs) {

@@ -292,6 +292,46 @@ LoweringRegistrar registrar([] {
   register_graph_lowering("aten::new_zeros", new_like(0), {"aten::new_empty"});
   register_graph_lowering("aten::new_ones", new_like(1));
 
+  // arange.start_step(start, end, step, *, dtype, ...): eager's arange with
+  // the dtype torch infers (integers stay int64, else the default float).
+  register_graph_lowering("aten::arange.start_step", [](LoweringContext& ctx) {
+    bool integral = true;
+    for (size_t i = 0; i < 3; ++i) {
+      const c10::IValue& v = ctx.ivalue(i);
+      if (v.isDouble() || (v.isScalar() && !v.toScalar().isIntegral(false))) integral = false;
+    }
+    c10::ScalarType type = factory_dtype(
+        ctx, 3, integral ? c10::kLong : c10::typeMetaToScalarType(c10::get_default_dtype()));
+    ctx.set_out_dtypes({type});
+    auto out = delegate(ctx, "aten::arange.start_out", {ctx.arg(0), ctx.arg(1), ctx.arg(2)});
+    return std::vector<Value>{convert(ctx.b, out[0], type)};
+  }, {}, false, {0, 1, 2});
+
+  // constant_pad_nd(self, pad, value): pairs from the last dim backwards;
+  // negative amounts crop, as StableHLO's pad does.
+  register_graph_lowering("aten::constant_pad_nd", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    auto pad = ctx.int_list(1);
+    int64_t rank = b.type(x).rank();
+    TORCH_CHECK(pad.size() % 2 == 0, "Length of pad must be even but instead it equals ", pad.size());
+    TORCH_CHECK(static_cast<int64_t>(pad.size()) / 2 <= rank, "Length of pad should be no more than "
+                "twice the number of dimensions of the input. Pad length is ", pad.size(),
+                " while the input has ", rank, " dimensions.");
+    std::vector<int64_t> low(rank, 0), high(rank, 0), interior(rank, 0);
+    for (size_t i = 0; i < pad.size() / 2; ++i) {
+      int64_t d = rank - 1 - static_cast<int64_t>(i);
+      low[d] = pad[2 * i];
+      high[d] = pad[2 * i + 1];
+      TORCH_CHECK(b.dims(x)[d] + low[d] + high[d] >= 0, "The input size ", b.dims(x)[d],
+                  ", plus negative padding ", low[d], " and ", high[d],
+                  " resulted in a negative output size, which is invalid. Check dimension ", d,
+                  " of your input.");
+    }
+    Value fill = ctx.scalar(2, b.element_type(x));
+    return std::vector<Value>{b.pad(x, fill, low, high, interior)};
+  });
+
   register_graph_lowering("aten::split.Tensor", [](LoweringContext& ctx) {
     Value x = ctx.tensor(0);
     int64_t rank = ctx.b.type(x).rank();

@@ -38,8 +38,9 @@ void register_lowering(const std::string& op, LoweringFn fn, std::vector<std::st
 }
 
 void register_graph_lowering(const std::string& op, LoweringFn fn,
-                             std::vector<std::string> aliases, bool random) {
-  register_lowering(op, std::move(fn), aliases, {}, {}, random, {});
+                             std::vector<std::string> aliases, bool random,
+                             std::vector<int> static_scalars) {
+  register_lowering(op, std::move(fn), aliases, std::move(static_scalars), {}, random, {});
   auto& names = registry().by_name;
   names[op]->graph_only = true;
 }

@@ -130,7 +130,8 @@ void register_lowering(const std::string& op, LoweringFn fn,
 
 // Registers a lowering that only compiled graphs use (see Lowering::graph_only).
 void register_graph_lowering(const std::string& op, LoweringFn fn,
-                             std::vector<std::string> aliases = {}, bool random = false);
+                             std::vector<std::string> aliases = {}, bool random = false,
+                             std::vector<int> static_scalars = {});
 
 // Runs the lowering of `op` from inside another lowering, with `args` laid
 // out as `op`'s schema; its data checks and random state carry over to `ctx`.

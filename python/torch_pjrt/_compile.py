@@ -135,14 +135,18 @@ def _is_device_value(v: Any) -> bool:
     return True
 
 
+# Foreach ops whose element op has another name.
+_FOREACH_ELEMENT = {"norm": "linalg_vector_norm"}
+
+
 def _foreach_element_op(target: torch._ops.OpOverload) -> Optional[Callable]:
     """`aten._foreach_add.List` -> a function choosing `aten.add.Tensor` for
     one element's arguments."""
     base = target._schema.name.split("::")[1]
     if not base.startswith("_foreach_") or base.endswith("_"):
         return None
-    packet = getattr(_aten, base[len("_foreach_"):], None)
-    return packet
+    element = base[len("_foreach_"):]
+    return getattr(_aten, _FOREACH_ELEMENT.get(element, element), None)
 
 
 def _node_supported(node: torch.fx.Node) -> bool:
@@ -292,20 +296,26 @@ class _Region:
 
     def _reason(self, sig: tuple) -> str:
         if not self.seen:
+            retrace = _retrace_reasons.get(self.name.split("_")[0])
+            if retrace:
+                return f"{self.name}: recompiled by Dynamo: {retrace}"
             return f"new graph: {self.name}"
         prev = self.seen[-1]
-        for i, (a, b) in enumerate(zip(prev, sig)):
-            if a == b:
+        pairs = list(enumerate(zip(prev, sig)))
+        for i, (a, b) in pairs:
+            if a == b or not (isinstance(a, tuple) and isinstance(b, tuple)):
                 continue
-            if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == 3 and len(b) == 3:
-                if a[0] != b[0]:
-                    return f"{self.name}: input {i} dtype {a[0]} -> {b[0]}"
-                if len(a[1]) != len(b[1]):
-                    return f"{self.name}: input {i} rank {len(a[1])} -> {len(b[1])}"
-                for d, (x, y) in enumerate(zip(a[1], b[1])):
-                    if x != y:
-                        return f"{self.name}: input {i} dim {d} changed {x} -> {y}"
-            return f"{self.name}: input {i} value {a} -> {b}"
+            if a[0] != b[0]:
+                return f"{self.name}: input {i} dtype {a[0]} -> {b[0]}"
+            if len(a[1]) != len(b[1]):
+                return f"{self.name}: input {i} rank {len(a[1])} -> {len(b[1])}"
+            for d, (x, y) in enumerate(zip(a[1], b[1])):
+                if x != y:
+                    return f"{self.name}: input {i} dim {d} changed {x} -> {y}"
+            return f"{self.name}: input {i} moved from {a[2]} to {b[2]}"
+        for i, (a, b) in pairs:
+            if a != b:
+                return f"{self.name}: size argument {i} changed {a} -> {b}"
         return f"{self.name}: new input combination"
 
     def __call__(self, *args):
@@ -602,11 +612,35 @@ def _compiler(kind: str, base: str):
     return compile_graph
 
 
+_failures_seen: dict = {}
+_retrace_reasons: dict[str, str] = {}
+
+
+def _new_guard_failures() -> list[str]:
+    """Dynamo's reasons for re-tracing since the backend was last called
+    (e.g. "tensor 'x' size mismatch at index 1. expected 16, actual 32")."""
+    try:
+        from torch._dynamo.utils import guard_failures
+    except ImportError:
+        return []
+    new = []
+    for code, reasons in list(guard_failures.items()):
+        seen = _failures_seen.get(code, 0)
+        if seen > len(reasons):  # torch._dynamo.reset() cleared them
+            seen = 0
+        new.extend(str(r) for r in reasons[seen:])
+        _failures_seen[code] = len(reasons)
+    return new
+
+
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """The `torch.compile` backend: `torch.compile(model, backend="tpu")`."""
     from torch._dynamo.backends.common import aot_autograd
 
     base = f"graph{next(_graph_ids)}"
+    failures = _new_guard_failures()
+    if failures:
+        _retrace_reasons[base] = "; ".join(failures)
     backend = aot_autograd(
         fw_compiler=_compiler("forward", base),
         bw_compiler=_compiler("backward", base),

@@ -1,0 +1,391 @@
+"""torch.compile(backend="tpu"): whole graphs lowered with the eager
+lowering table into one program each. Compiled results are compared with
+strict eager on the device and with CPU PyTorch; compile counts, reasons and
+eager-split ops are read from torch_pjrt.metrics() and compile_report()."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+import torch_pjrt
+
+NAME = torch_pjrt.settings().device_name
+STEPS = 20
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    torch_pjrt.reset_compile_report()
+    torch_pjrt.reset_metrics()
+    yield
+    torch._dynamo.reset()
+
+
+def compiles() -> int:
+    m = torch_pjrt.metrics()
+    return m["compilations"] + m["cache_hits_disk"]
+
+
+def test_backend_is_found_by_name_and_entry_point():
+    from importlib.metadata import entry_points
+
+    from torch_pjrt._compile import tpu_backend
+
+    (ep,) = [e for e in entry_points(group="torch_dynamo_backends") if e.name == "tpu"]
+    assert ep.load() is tpu_backend
+    assert torch._dynamo.backends.registry.lookup_backend("tpu") is tpu_backend
+
+
+def test_inference_is_one_program_matching_cpu():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                                torch.nn.Linear(32, 4), torch.nn.Softmax(-1))
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        expected = model(x)
+        model.to(NAME)
+        compiled = torch.compile(model, backend="tpu")
+        got = compiled(x.to(NAME))
+        executions = torch_pjrt.metrics()["executions"]
+        again = compiled(x.to(NAME))
+        # The second call runs one executable (plus the input upload).
+        assert torch_pjrt.metrics()["executions"] - executions <= 2
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(again.cpu(), expected, rtol=1e-5, atol=1e-6)
+    (graph,) = torch_pjrt.compile_report()
+    assert graph["kind"] == "inference" and graph["eager_ops"] == {} and graph["regions"] == 1
+    assert len(graph["compiles"]) == 1 and graph["calls"] == 2
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def mlp():
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+
+
+def cnn():
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 1))
+
+
+def data(kind):
+    g = torch.Generator().manual_seed(1)
+    shape = (32, 16) if kind == "mlp" else (8, 3, 8, 8)
+    return torch.randn(*shape, generator=g), torch.randn(shape[0], 1, generator=g)
+
+
+def train(kind: str, device: str, compiled: bool, steps: int = STEPS):
+    torch.manual_seed(0)
+    model = (mlp if kind == "mlp" else cnn)().to(device)
+    # A tensor learning rate: the scheduler changes it every step without
+    # a recompile (a float would be a constant in the graph).
+    lr = torch.tensor(0.01, device=device) if compiled else 0.01
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, capturable=compiled, foreach=True)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
+    x, y = (t.to(device) for t in data(kind))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if compiled:
+        step = torch.compile(step, backend="tpu")
+    losses, counts = [], []
+    for _ in range(steps):
+        losses.append(step().item())
+        sched.step()
+        counts.append(compiles())
+    return losses, counts, model
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_compiled_training_step_matches_eager_and_cpu(kind):
+    cpu, _, cpu_model = train(kind, "cpu", compiled=False)
+    eager, _, _ = train(kind, NAME, compiled=False)
+    torch_pjrt.reset_metrics()
+    got, counts, model = train(kind, NAME, compiled=True)
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(cpu), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(eager), rtol=1e-4, atol=1e-5)
+    # Nothing compiles after the first step, though the lr changes each step.
+    assert counts[1:] == [counts[0]] * (STEPS - 1), counts
+    # Parameters and buffers (batch norm's running statistics, updated
+    # inside the forward graph) end where CPU's do.
+    for (name, a), b in zip(model.state_dict().items(), cpu_model.state_dict().values()):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    report = torch_pjrt.compile_report()
+    assert {g["kind"] for g in report} == {"forward", "backward", "inference"}
+    assert all(g["eager_ops"] == {} for g in report), report
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_optimizer_updates_weights_in_place_without_a_second_copy():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(512, 512).to(NAME)
+    opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.01, device=NAME), capturable=True)
+    weight = model.weight
+    ptr = weight.data_ptr()
+    x = torch.randn(4, 512, device=NAME)
+    model(x).sum().backward()
+    step = torch.compile(opt.step, backend="tpu")
+    step()
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_allocated()
+    for _ in range(3):
+        step()
+    torch.tpu.synchronize()
+    # Same Parameter, same storage, updated in place; the old buffers were
+    # donated, so the step allocates nothing that outlives it.
+    assert model.weight is weight and weight.data_ptr() == ptr
+    assert torch.tpu.memory_allocated() == before
+    cpu = torch.nn.Linear(512, 512)
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(512, 512)
+    cpu_opt = torch.optim.Adam(cpu.parameters(), lr=0.01)
+    cpu(x.cpu()).sum().backward()
+    for _ in range(4):
+        cpu_opt.step()
+    torch.testing.assert_close(weight.detach().cpu(), cpu.weight.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_mutated_inputs_and_returned_views_behave_as_in_eager():
+    def fn(x, buf):
+        buf.add_(1)
+        x.mul_(2)
+        return x[1:], x.t(), x.sum()
+
+    compiled = torch.compile(fn, backend="tpu")
+    a, b = torch.randn(4, 4), torch.zeros(3)
+    ad, bd = a.to(NAME), b.to(NAME)
+    got = compiled(ad, bd)
+    expected = fn(a, b)
+    torch.testing.assert_close(ad.cpu(), a)
+    torch.testing.assert_close(bd.cpu(), b)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g.cpu(), e)
+    # Returned views alias the input, as in eager.
+    assert got[0]._base is ad and got[1]._base is ad
+    ad.add_(100)
+    torch.testing.assert_close(got[0].cpu(), ad.cpu()[1:])
+
+
+def test_batch_norm_buffers_update_inside_the_graph():
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(6)
+    x = torch.randn(10, 6)
+    bn_dev = torch.nn.BatchNorm1d(6).to(NAME)
+    compiled = torch.compile(bn_dev, backend="tpu")
+    with torch.no_grad():
+        for _ in range(3):
+            expected = bn(x)
+            got = compiled(x.to(NAME))
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(bn_dev.running_mean.cpu(), bn.running_mean)
+    torch.testing.assert_close(bn_dev.running_var.cpu(), bn.running_var)
+    assert bn_dev.num_batches_tracked.item() == 3
+
+
+def test_graph_breaks_run_the_eager_parts_in_strict_eager():
+    def fn(x):
+        y = x.sin()
+        torch._dynamo.graph_break()
+        return y.cos() + x.sum().item()
+
+    compiled = torch.compile(fn, backend="tpu")
+    x = torch.randn(5)
+    torch.testing.assert_close(compiled(x.to(NAME)).cpu(), fn(x))
+    assert len(torch_pjrt.compile_report()) >= 2
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_a_node_without_lowering_is_split_out_counted_and_listed():
+    def fn(x):
+        return torch.special.bessel_j0(x.exp()) * 2 + 1
+
+    compiled = torch.compile(fn, backend="tpu")
+    x = torch.randn(4, 4)
+    got = compiled(x.to(NAME))
+    torch.testing.assert_close(got.cpu(), fn(x))
+    (graph,) = torch_pjrt.compile_report()
+    assert graph["eager_ops"] == {"aten::special_bessel_j0": 1}
+    assert graph["regions"] == 2  # exp before, mul/add after
+    assert torch_pjrt._compile.compile_counters()["graph_eager_nodes"] == 1
+    assert "aten::special_bessel_j0.out" in torch_pjrt.metrics()["fallback_ops"]
+
+
+def test_dropout_in_a_compiled_graph_follows_the_device_seed():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.5)).to(NAME).train()
+    compiled = torch.compile(model, backend="tpu")
+    x = torch.ones(16, 64, device=NAME)
+    torch.tpu.manual_seed(1)
+    a = compiled(x)
+    torch.tpu.manual_seed(1)
+    b = compiled(x)
+    c = compiled(x)
+    assert torch.equal(a.cpu(), b.cpu()) and not torch.equal(b.cpu(), c.cpu())
+    zero = (a == 0).float().mean().item()
+    assert 0.4 < zero < 0.6
+    a.sum().backward()
+    # The gradient flows through exactly the kept units.
+    kept = (a.detach() != 0).float().cpu()
+    grad_bias = model[0].bias.grad.cpu()
+    torch.testing.assert_close(grad_bias, kept.sum(0) * 2, rtol=1e-5, atol=1e-5)
+
+
+def test_new_shape_recompiles_and_says_which_dim_changed():
+    def fn(x, w):
+        return torch.tanh(x @ w).sum(1)
+
+    w = torch.randn(16, 4)
+    compiled = torch.compile(fn, backend="tpu", dynamic=False)
+    for n in (8, 8, 16):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(compiled(x.to(NAME), w.to(NAME)).cpu(), fn(x, w),
+                                   rtol=1e-5, atol=1e-5)
+    reasons = list(torch_pjrt.metrics()["recompile_reasons"])
+    assert any("size mismatch at index 0. expected 8, actual 16" in r for r in reasons), reasons
+    assert len(torch_pjrt.compile_report()) == 2
+
+
+def test_dynamic_dims_compile_one_program_per_shape_with_reasons():
+    def fn(x):
+        return (x * 2).softmax(-1)
+
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    for n in (4, 6, 4, 9):
+        x = torch.randn(n, 5)
+        torch.testing.assert_close(compiled(x.to(NAME)).cpu(), fn(x))
+    (graph,) = torch_pjrt.compile_report()
+    assert len(graph["compiles"]) == 3 and graph["calls"] == 4
+    reasons = [c["reason"] for c in graph["compiles"]]
+    assert "dim 0 changed 4 -> 6" in reasons[1] and "dim 0 changed 6 -> 9" in reasons[2], reasons
+
+
+def test_shape_error_in_a_compiled_region_raises_like_eager():
+    def fn(x, w):
+        return x @ w
+
+    a, b = torch.randn(4, 5), torch.randn(6, 3)
+    with pytest.raises(RuntimeError) as cpu_error:
+        fn(a, b)
+    compiled = torch.compile(fn, backend="tpu")
+    with pytest.raises(RuntimeError) as error:
+        compiled(a.to(NAME), b.to(NAME))
+    assert type(cpu_error.value) is RuntimeError
+    # Dynamo names the user's line.
+    assert "test_compile.py" in str(error.value) and "x @ w" in str(error.value)
+
+
+def tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, attn_implementation="sdpa")
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def test_tiny_llama_training_compiled_matches_cpu():
+    ids = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(1))
+
+    def run(device, compiled, steps=12):
+        model = tiny_llama().to(device).train()
+        lr = torch.tensor(1e-3, device=device) if compiled else 1e-3
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, capturable=compiled, foreach=True)
+        sched = torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.1, total_iters=steps)
+        x = ids.to(device)
+
+        def forward_backward():
+            loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+            return loss
+
+        def optimizer_step():
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        if compiled:
+            forward_backward = torch.compile(forward_backward, backend="tpu")
+            optimizer_step = torch.compile(optimizer_step, backend="tpu")
+        losses, counts = [], []
+        for _ in range(steps):
+            losses.append(forward_backward().item())
+            optimizer_step()
+            sched.step()
+            counts.append(compiles())
+        return losses, counts
+
+    cpu, _ = run("cpu", False)
+    torch_pjrt.reset_metrics()
+    got, counts = run(NAME, True)
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(cpu), rtol=1e-4, atol=1e-4)
+    assert counts[1:] == [counts[0]] * (len(counts) - 1), counts
+    assert all(g["eager_ops"] == {} for g in torch_pjrt.compile_report())
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_static_cache_generation_with_the_compiled_model_matches_eager():
+    transformers = pytest.importorskip("transformers")
+    model = tiny_llama().eval()
+    ids = torch.randint(3, 256, (1, 8), generator=torch.Generator().manual_seed(3))
+    kwargs = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False,
+                  cache_implementation="static")
+    with torch.no_grad():
+        expected = model.generate(ids, disable_compile=True, **kwargs)
+        model.to(NAME)
+        config = transformers.CompileConfig(backend="tpu", fullgraph=True)
+        got = model.generate(ids.to(NAME), compile_config=config, **kwargs)
+        first = compiles()
+        again = model.generate(ids.to(NAME), compile_config=config, **kwargs)
+    assert torch.equal(got.cpu(), expected) and torch.equal(again.cpu(), expected)
+    assert compiles() == first  # the second generate() compiles nothing
+    graphs = torch_pjrt.compile_report()
+    assert graphs and all(g["eager_ops"] == {} for g in graphs)
+    assert sum(g["calls"] for g in graphs) >= 62  # 31 decode steps per generate()
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+STEP_SCRIPT = """
+import json, time, torch, torch_pjrt
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1)).to("{name}")
+opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(0.01, device="{name}"), capturable=True)
+x = torch.randn(32, 64).to("{name}"); y = torch.randn(32, 1).to("{name}")
+@torch.compile(backend="tpu")
+def step():
+    opt.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+start = time.perf_counter()
+loss = step().item()
+first = time.perf_counter() - start
+sources = [c["source"] for g in torch_pjrt.compile_report() for c in g["compiles"]]
+print(json.dumps(dict(loss=loss, first=first, sources=sources)))
+"""
+
+
+def test_second_process_loads_compiled_graphs_from_the_disk_cache(tmp_path, python_in_subprocess):
+    env = {"TORCH_PJRT_CACHE_DIR": str(tmp_path)}
+    script = STEP_SCRIPT.format(name=NAME)
+    runs = []
+    for _ in range(2):
+        proc = python_in_subprocess(script, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert "compiled" in cold["sources"]
+    assert warm["sources"] and set(warm["sources"]) == {"disk"}, warm
+    assert warm["loss"] == cold["loss"]
+    print(f"first step cold {cold['first']:.2f}s, warm {warm['first']:.2f}s")
