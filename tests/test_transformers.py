@@ -69,15 +69,19 @@ def test_bf16_forward_stays_close(kind):
     assert torch.nn.functional.cosine_similarity(got.flatten(), expected.flatten(), dim=0) > 0.99
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("cache", ["dynamic", "static", "static_eager"])
 def test_greedy_generation_matches_cpu_and_second_call_compiles_nothing(cache):
     model = tiny("llama", "sdpa")
     ids = inputs()[0][:1, :8]
     kwargs = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False)
-    if cache == "static":
-        # transformers compiles static-cache decoding with the device's
-        # torch.compile backend, which the torch.compile issue adds.
-        kwargs.update(cache_implementation="static", disable_compile=True)
+    if cache.startswith("static"):
+        # On a "tpu" device transformers compiles static-cache decoding with
+        # torch.compile(backend="tpu") by itself; static_eager turns that off.
+        kwargs.update(cache_implementation="static")
+        if cache == "static_eager":
+            kwargs.update(disable_compile=True)
+    torch._dynamo.reset()
+    torch_pjrt.reset_compile_report()
     expected = model.generate(ids, **kwargs)
     model.to(NAME)
     torch_pjrt.reset_metrics()
@@ -90,6 +94,11 @@ def test_greedy_generation_matches_cpu_and_second_call_compiles_nothing(cache):
     assert torch.equal(again.cpu(), expected)
     assert m["compilations"] + m["cache_hits_disk"] == 0
     assert m["host_syncs"] <= 2 * 32  # the stop check per token, not per op
+    decode_graphs = [g for g in torch_pjrt.compile_report() if g["calls"]]
+    if cache == "static" and NAME == "tpu":
+        assert decode_graphs and all(g["eager_ops"] == {} for g in decode_graphs)
+    else:
+        assert not decode_graphs
 
 
 def test_sampling_is_reproducible():

@@ -251,7 +251,11 @@ def _llama_decode(mode: Mode, new_tokens: int) -> Case:
     kwargs: dict[str, Any] = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                                   do_sample=False, cache_implementation="static")
     if mode.compiler in ("tpu", "inductor"):
-        kwargs["compile_config"] = transformers.CompileConfig(backend=mode.compiler, fullgraph=True)
+        config = transformers.CompileConfig(backend=mode.compiler, fullgraph=True)
+        # transformers compiles decoding by itself only on accelerators;
+        # this asks for it on the CPU too.
+        config._compile_all_devices = True
+        kwargs["compile_config"] = config
     else:
         kwargs["disable_compile"] = True
 
