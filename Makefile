@@ -11,7 +11,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL := 2
 
 CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
-.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-train clean
+.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-train bench-compile clean
 
 all: build
 
@@ -75,6 +75,9 @@ bench-eager: build
 
 bench-train: build
 	$(PY) benchmarks/train_small.py
+
+bench-compile: build
+	$(PY) benchmarks/compile.py
 
 clean:
 	rm -rf build .deps $(STAMPS)

@@ -3,8 +3,9 @@
     python -m torch_pjrt.bench [--quick] [--models a,b] [--modes x,y] [--json] [--plot]
 
 Each cell runs in a child process (`python -m torch_pjrt.bench.cell`) with
-the mode's settings in its environment and a fresh, private compile cache,
-so its first step is a cold start and its memory peak is its own. A progress
+the mode's settings in its environment and fresh, private compile caches
+(ours and inductor's), so its first step is a cold start and its memory
+peak is its own. A progress
 bar says which cell runs and how long is left (estimated from the cells run
 so far).
 """
@@ -122,7 +123,10 @@ def run_cell_process(workload: str, mode: str, quick: bool, repeats: int, timeou
     env.update(all_modes()[mode].env)
     env.update(extra_env)
     with tempfile.TemporaryDirectory(prefix="torch_pjrt_bench_") as tmp:
+        # Cold caches for every cell: ours and inductor's (and Triton's).
         env["TORCH_PJRT_CACHE_DIR"] = tmp
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor")
+        env["TRITON_CACHE_DIR"] = str(Path(tmp) / "triton")
         env.setdefault("HF_HUB_OFFLINE", "1")
         out = Path(tmp) / "cell.json"
         cmd = [sys.executable, "-m", "torch_pjrt.bench.cell", "--workload", workload, "--mode", mode,
