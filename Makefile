@@ -11,7 +11,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL := 2
 
 CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
-.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-train bench-compile clean
+.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-compile bench bench-quick clean
 
 all: build
 
@@ -73,11 +73,20 @@ bench-runtime: cpp
 bench-eager: build
 	$(PY) benchmarks/eager_ops.py
 
-bench-train: build
-	$(PY) benchmarks/train_small.py
-
 bench-compile: build
 	$(PY) benchmarks/compile.py
+
+# The benchmark harness (docs/BENCHMARKS.md): every workload in every mode.
+$(STAMPS)/bench-pip: requirements/bench.txt requirements/bench-binary.txt | $(STAMPS)/pip
+	$(PIP) install -q --no-deps --require-hashes -r requirements/bench-binary.txt
+	$(PIP) install -q -r requirements/bench.txt
+	@touch $@
+
+bench: build $(STAMPS)/bench-pip
+	$(PY) -m torch_pjrt.bench --plot $(BENCH_ARGS)
+
+bench-quick: build $(STAMPS)/bench-pip
+	$(PY) -m torch_pjrt.bench --quick --plot $(BENCH_ARGS)
 
 clean:
 	rm -rf build .deps $(STAMPS)
