@@ -72,6 +72,31 @@ def markdown(run: dict[str, Any]) -> str:
              f"{run['machine'].get('memory_gib')} GiB; torch {run['versions']['torch']}; plugin "
              f"{run['machine'].get('plugin')} (PJRT C API {run['machine'].get('pjrt_api_version')})"
              f"{'; quick run' if run.get('quick') else ''}.", ""]
+    device_modes = [m for m in modes if m.startswith("tpu")]
+    if device_modes:
+        lines += ["## Summary: torch-pjrt's fastest mode per workload", "",
+                  "| workload | best mode | vs CPU eager | vs inductor (CPU) | vs torchax (best) | "
+                  "first step | warm-up |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+        for w in workloads:
+            cells = [c for m in device_modes
+                     if (c := _cell(results, w["name"], m)) and c["status"] == "ok"]
+            if not cells:
+                lines.append(f"| {w['name']} | none ran | — | — | — | — | — |")
+                continue
+            best = min(cells, key=lambda c: c["step_s"])
+
+            def versus(mode_names: list[str]) -> str:
+                others = [c for m in mode_names
+                          if (c := _cell(results, w["name"], m)) and c["status"] == "ok"]
+                if not others:
+                    return "n/a"
+                return f"{min(o['step_s'] for o in others) / best['step_s']:.2f}x"
+
+            lines.append(f"| {w['name']} | {best['mode']} | {versus([BASELINE])} | "
+                         f"{versus(['cpu_inductor'])} | {versus(['torchax_eager', 'torchax_jit'])} | "
+                         f"{fmt_time(best['first_step_s'])} | {fmt_time(best['warmup_s'])} |")
+        lines += ["", "Ratios are the other mode's step time over the best mode's: above 1x "
+                  "torch-pjrt is faster; n/a: that baseline did not run (see the notes).", ""]
     lines += ["## Steps/s relative to CPU PyTorch eager (higher is faster)", "",
               "| workload | " + " | ".join(modes) + " |",
               "| --- | " + " | ".join("---:" for _ in modes) + " |"]
@@ -146,8 +171,24 @@ def markdown(run: dict[str, Any]) -> str:
               "", "Modes: " + "; ".join(f"{m}: {run['mode_descriptions'].get(m, m)}" for m in modes)
               + "."]
     if notes:
-        lines += ["", "¹ " + "  \n¹ ".join(notes)]
+        lines += ["", "¹ " + "  \n¹ ".join(_group_notes(notes))]
     return "\n".join(lines) + "\n"
+
+
+def _group_notes(notes: list[str]) -> list[str]:
+    """One line per distinct reason, listing the cells it applies to."""
+    by_reason: dict[str, list[str]] = {}
+    for note in notes:
+        cell, reason = note.split(": ", 1)
+        by_reason.setdefault(reason, []).append(cell)
+    out = []
+    for reason, cells in by_reason.items():
+        modes = sorted({c.split(" / ")[1] for c in cells})
+        workloads = sorted({c.split(" / ")[0] for c in cells})
+        where = (f"{', '.join(modes)} (every workload listed)" if len(cells) == len(modes) * len(workloads)
+                 and len(workloads) > 1 else ", ".join(cells))
+        out.append(f"{where}: {reason}")
+    return out
 
 
 def write(run: dict[str, Any], out_dir: Path, stem: str, plot: bool = True) -> list[Path]:
@@ -169,11 +210,13 @@ def chart(run: dict[str, Any], path: Path) -> Optional[Path]:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return None
     results, modes = run["results"], run["modes"]
     names = [w["name"] for w in run["workloads"]]
-    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(names)), 4))
+    modes = [m for m in modes if any(speedup(results, n, m) for n in names)]
+    fig, ax = plt.subplots(figsize=(max(7, 1.4 * len(names) + 2), 4))
     width = 0.8 / max(len(modes), 1)
     for i, m in enumerate(modes):
         values = [speedup(results, n, m) or 0 for n in names]
@@ -183,9 +226,14 @@ def chart(run: dict[str, Any], path: Path) -> Optional[Path]:
     ax.set_yscale("log")
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=20)
-    ax.set_ylabel("steps/s relative to CPU eager")
-    ax.set_title(run["title"])
-    ax.legend(fontsize=8)
+    ax.set_ylabel("steps/s relative to CPU eager (log)")
+    ax.yaxis.set_major_locator(matplotlib.ticker.FixedLocator(
+        [0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 10, 20, 50, 100]))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_title(f"{run['title']} ({run['machine']['cpu_model']}, {run['machine']['cores']} cores)",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
