@@ -59,6 +59,9 @@ def test_inference_is_one_program_matching_cpu():
     torch.testing.assert_close(again.cpu(), expected, rtol=1e-5, atol=1e-6)
     (graph,) = torch_pjrt.compile_report()
     assert graph["kind"] == "inference" and graph["eager_ops"] == {} and graph["regions"] == 1
+    m = torch_pjrt.metrics()
+    assert m["compile_graphs"] == 1 and m["compile_graph_compiles"] == 1
+    assert m["compile_graph_calls"] == 2 and m["compile_graph_eager_nodes"] == 0
     assert len(graph["compiles"]) == 1 and graph["calls"] == 2
     assert torch_pjrt.metrics()["fallback_ops"] == {}
 
@@ -216,7 +219,7 @@ def test_a_node_without_lowering_is_split_out_counted_and_listed():
     (graph,) = torch_pjrt.compile_report()
     assert graph["eager_ops"] == {"aten::special_bessel_j0": 1}
     assert graph["regions"] == 2  # exp before, mul/add after
-    assert torch_pjrt._compile.compile_counters()["graph_eager_nodes"] == 1
+    assert torch_pjrt.metrics()["compile_graph_eager_nodes"] == 1
     assert "aten::special_bessel_j0.out" in torch_pjrt.metrics()["fallback_ops"]
 
 

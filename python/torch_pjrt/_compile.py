@@ -61,13 +61,30 @@ def _graph_ops() -> frozenset:
     return _graph_ops_cache
 
 
+_decompositions: Optional[dict] = None
+
+
 def decompositions() -> dict:
     """PyTorch's core-ATen decompositions without the ops lowered natively."""
+    global _decompositions
+    if _decompositions is None:
+        from torch._decomp import core_aten_decompositions
+
+        lowered = _graph_ops()
+        _decompositions = {
+            op: fn for op, fn in core_aten_decompositions().items()
+            if not (isinstance(op, torch._ops.OpOverload) and _op_name(op) in lowered)}
+    return _decompositions
+
+
+def kept_whole() -> list[str]:
+    """The ops PyTorch's core-ATen set would decompose that are lowered
+    natively instead."""
     from torch._decomp import core_aten_decompositions
 
     lowered = _graph_ops()
-    return {op: fn for op, fn in core_aten_decompositions().items()
-            if not (isinstance(op, torch._ops.OpOverload) and _op_name(op) in lowered)}
+    return sorted({_op_name(op) for op in core_aten_decompositions()
+                   if isinstance(op, torch._ops.OpOverload) and _op_name(op) in lowered})
 
 
 # --------------------------------------------------------------------------
@@ -120,6 +137,12 @@ def compile_counters() -> dict[str, int]:
 def reset_compile_report() -> None:
     with _lock:
         _records.clear()
+        for k in _counters:
+            _counters[k] = 0
+
+
+def reset_compile_counters() -> None:
+    with _lock:
         for k in _counters:
             _counters[k] = 0
 

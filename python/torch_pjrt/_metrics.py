@@ -22,8 +22,16 @@ def metrics() -> dict[str, Any]:
         "compile_seconds": counters.get("compile_seconds", 0.0),
         "cache_disk_rejects": counters.get("cache_disk_rejects", 0),
     }
+    # torch.compile(backend="tpu"): graphs received, programs compiled for
+    # them, calls, and nodes split out to run eagerly (no lowering).
+    from ._compile import compile_counters
+
+    result.update({f"compile_{k}": v for k, v in compile_counters().items()})
     return result
 
 
 def reset_metrics() -> None:
+    from ._compile import reset_compile_counters
+
     _C._reset_counters()
+    reset_compile_counters()
