@@ -19,7 +19,6 @@ import importlib.util
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -29,16 +28,25 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_BINARY = REPO / "build" / "cpp" / "benchmarks" / "cpp" / "runtime_bench"
 DEFAULT_OUT = REPO / "benchmarks" / "results"
 PLUGIN_PATHS = REPO / "python" / "torch_pjrt" / "plugin_paths.py"
+MACHINE = REPO / "python" / "torch_pjrt" / "bench" / "machine.py"
 
 
-def load_plugin_paths():
-    # By path, not `import torch_pjrt`: the package's __init__ needs the built
-    # extension and torch, and this script needs neither.
-    spec = importlib.util.spec_from_file_location("_torch_pjrt_plugin_paths", PLUGIN_PATHS)
+def _load(name: str, path: Path):
+    """A torch-free module of the package, loaded by path (importing the
+    package would import torch)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up here
     spec.loader.exec_module(module)
     return module
+
+
+_machine = _load("_torch_pjrt_machine", MACHINE)
+cpu_model, memory_gib = _machine.cpu_model, _machine.memory_gib
+
+
+def load_plugin_paths():
+    return _load("_torch_pjrt_plugin_paths", PLUGIN_PATHS)
 
 
 def run_benchmark(binary: Path, plugin: Path, timeout: float) -> dict:
@@ -57,26 +65,6 @@ def run_benchmark(binary: Path, plugin: Path, timeout: float) -> dict:
     return json.loads(proc.stdout)
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def memory_gib() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 2**20, 1)  # the value is in KiB
-    except OSError:
-        pass
-    return None
-
-
 def machine_facts(results: dict) -> dict:
     plugin = results.get("plugin", {})
     return {
@@ -93,14 +81,7 @@ def machine_facts(results: dict) -> dict:
 
 
 def machine_tag(machine: dict, platform_name: str | None) -> str:
-    """'intel-xeon-processor-2c' from the CPU model and core count; a plugin
-    other than the CPU one is appended, so a GPU run does not overwrite it."""
-    model = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$", " ", machine["cpu_model"].lower())
-    slug = re.sub(r"[^a-z0-9]+", "-", model).strip("-") or "unknown-cpu"
-    tag = f"{slug}-{machine['cores']}c"
-    if platform_name and platform_name != "cpu":
-        tag += f"-{re.sub(r'[^a-z0-9]+', '-', platform_name.lower())}"
-    return tag
+    return _machine.machine_tag(dict(machine, platform_name=platform_name))
 
 
 def fmt(value, digits: int = 3) -> str:

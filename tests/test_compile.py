@@ -392,3 +392,52 @@ def test_second_process_loads_compiled_graphs_from_the_disk_cache(tmp_path, pyth
     assert warm["sources"] and set(warm["sources"]) == {"disk"}, warm
     assert warm["loss"] == cold["loss"]
     print(f"first step cold {cold['first']:.2f}s, warm {warm['first']:.2f}s")
+
+
+def _views_and_writes(x):
+    y = x.clone()
+    y[:, 1::2] += 1          # slice_scatter with a step
+    y[1] = x[0] * 2          # select_scatter
+    a, b = torch.split(y, [1, 2], dim=0)
+    parts = torch.unbind(y.t(), 0)
+    z = torch.nn.functional.pad(y, (1, -1, 0, 2), value=3.0)
+    return a.squeeze(0).unsqueeze(1).expand(5, 3), b.permute(1, 0), parts[2], z, y.transpose(0, 1)
+
+
+def _factories(x):
+    n = torch.arange(2, 2 + x.shape[1], dtype=torch.float32, device=x.device)
+    ones = x.new_ones(2, 5)
+    return (x * n + torch.full_like(x, 0.5) + torch.zeros_like(x), ones.sum(0),
+            torch.ones(3, device=x.device).cumsum(0))
+
+
+def _embedding_and_eval_norm(ids, weight, bn):
+    e = torch.nn.functional.embedding(ids, weight)
+    return bn(e.transpose(1, 2))
+
+
+@pytest.mark.parametrize("case", ["views_and_writes", "factories", "embedding_and_eval_norm"])
+def test_graph_only_lowerings_match_cpu(case):
+    """Views, scatters into views, factories, embedding and eval batch norm
+    are storage operations in eager mode; in graphs they are lowered."""
+    torch.manual_seed(0)
+    if case == "embedding_and_eval_norm":
+        weight = torch.randn(10, 4)
+        bn = torch.nn.BatchNorm1d(4).eval()
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+        ids = torch.tensor([[1, 2, 9], [0, 0, 3]])
+        with torch.no_grad():  # no autograd graph may hold bn's weights when it moves
+            expected = _embedding_and_eval_norm(ids, weight, bn)
+        got = torch.compile(_embedding_and_eval_norm, backend="tpu")(
+            ids.to(NAME), weight.to(NAME), bn.to(NAME))
+        results = [(got, expected)]
+    else:
+        fn = _views_and_writes if case == "views_and_writes" else _factories
+        x = torch.randn(3, 5)
+        results = list(zip(torch.compile(fn, backend="tpu")(x.to(NAME)), fn(x)))
+    for got, expected in results:
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        torch.testing.assert_close(got.cpu(), expected.detach(), rtol=1e-5, atol=1e-6)
+    assert all(g["eager_ops"] == {} for g in torch_pjrt.compile_report())
+    assert torch_pjrt.metrics()["fallback_ops"] == {}

@@ -84,4 +84,17 @@ at::Generator make_generator(c10::DeviceIndex device) {
   return at::make_generator<DeviceGenerator>(device < 0 ? 0 : device);
 }
 
+BufferPtr take_generator_state(at::Generator gen, int device) {
+  uint64_t state[2];
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state[0] = gen.current_seed();
+    state[1] = gen.get_offset();
+    gen.set_offset(state[1] + 1);
+  }
+  auto& client = runtime().client();
+  return std::make_shared<pjrt::Buffer>(pjrt::Buffer::from_host(
+      client, client->device(device), state, pjrt::ElementType::kU64, {2}));
+}
+
 }  // namespace torch_pjrt::backend

@@ -298,17 +298,8 @@ std::vector<c10::optional<at::Tensor>> run_graph(const GraphProgram& graph,
                         buffers[input].use_count() == 2;
   }
   if (graph.random) {
-    at::Generator gen = default_generator(static_cast<c10::DeviceIndex>(device));
-    uint64_t state[2];
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      state[0] = gen.current_seed();
-      state[1] = gen.get_offset();
-      gen.set_offset(state[1] + 1);
-    }
-    auto& client = runtime().client();
-    buffers.push_back(std::make_shared<pjrt::Buffer>(pjrt::Buffer::from_host(
-        client, client->device(device), state, ElementType::kU64, {2})));
+    buffers.push_back(
+        take_generator_state(default_generator(static_cast<c10::DeviceIndex>(device)), device));
     may_donate.push_back(false);
   }
   std::vector<BufferPtr> outputs = run_program(program, buffers, device, may_donate);

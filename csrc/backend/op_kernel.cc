@@ -382,16 +382,7 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
       if (args[i].isGenerator() && args[i].toGenerator().defined()) gen = args[i].toGenerator();
     }
     if (!gen.defined()) gen = default_generator(static_cast<c10::DeviceIndex>(call.device));
-    uint64_t state[2];
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      state[0] = gen.current_seed();
-      state[1] = gen.get_offset();
-      gen.set_offset(state[1] + 1);
-    }
-    auto& client = runtime().client();
-    call.inputs.push_back(std::make_shared<pjrt::Buffer>(pjrt::Buffer::from_host(
-        client, client->device(call.device), state, ElementType::kU64, {2})));
+    call.inputs.push_back(take_generator_state(gen, call.device));
     call.param_types.push_back(hlo::TensorType{ElementType::kU64, {2}});
     call.logical.push_back({2});
     call.permuted.emplace_back();

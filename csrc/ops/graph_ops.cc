@@ -64,6 +64,22 @@ std::pair<int64_t, int64_t> slice_bounds(std::optional<int64_t> start, std::opti
   return {s, e};
 }
 
+struct SliceSpec {
+  int64_t dim, start, end, step;
+};
+
+// A slice's (dim, start, end, step) from arguments at `dim_arg`.. as torch
+// reads them: dim wrapped, bounds clamped, a positive step.
+SliceSpec slice_spec(LoweringContext& ctx, Value x, size_t dim_arg) {
+  const auto& dims = ctx.b.dims(x);
+  int64_t dim = wrap_dim(ctx.int_arg(dim_arg), static_cast<int64_t>(dims.size()));
+  int64_t step = ctx.int_arg(dim_arg + 3);
+  TORCH_CHECK(step > 0, "slice step must be positive");
+  auto [start, end] = slice_bounds(ctx.optional_int(dim_arg + 1), ctx.optional_int(dim_arg + 2),
+                                   dims[dim]);
+  return {dim, start, end, step};
+}
+
 Value slice_value(Builder& b, Value x, int64_t dim, int64_t start, int64_t end, int64_t step) {
   auto dims = b.dims(x);
   std::vector<int64_t> lo(dims.size(), 0), hi = dims, strides(dims.size(), 1);
@@ -106,6 +122,18 @@ Value slice_scatter(LoweringContext& ctx, Value self, Value src, int64_t dim, in
 }
 
 Value identity(LoweringContext& ctx) { return ctx.tensor(0); }
+
+// A select's (dim, index) on `x`, wrapped and checked as torch does.
+std::pair<int64_t, int64_t> select_position(LoweringContext& ctx, Value x, size_t dim_arg,
+                                            const char* name) {
+  const auto& dims = ctx.b.dims(x);
+  int64_t dim = wrap_dim(ctx.int_arg(dim_arg), static_cast<int64_t>(dims.size()));
+  int64_t size = dims[dim], index = ctx.int_arg(dim_arg + 1);
+  TORCH_CHECK_INDEX(index >= -size && index < size, name, "(): index ", index,
+                    " out of range for tensor of size ", c10::IntArrayRef(dims), " at dimension ",
+                    dim);
+  return {dim, index < 0 ? index + size : index};
+}
 
 c10::ScalarType factory_dtype(LoweringContext& ctx, size_t dtype_arg, c10::ScalarType fallback) {
   if (auto d = ctx.optional_dtype(dtype_arg)) return *d;
@@ -167,24 +195,14 @@ LoweringRegistrar registrar([] {
 
   register_graph_lowering("aten::slice.Tensor", [](LoweringContext& ctx) {
     Value x = ctx.tensor(0);
-    int64_t rank = ctx.b.type(x).rank();
-    int64_t dim = wrap_dim(ctx.int_arg(1), rank);
-    int64_t step = ctx.int_arg(4);
-    TORCH_CHECK(step > 0, "slice step must be positive");
-    auto [start, end] = slice_bounds(ctx.optional_int(2), ctx.optional_int(3), ctx.b.dims(x)[dim]);
-    return std::vector<Value>{slice_value(ctx.b, x, dim, start, end, step)};
+    SliceSpec s = slice_spec(ctx, x, 1);
+    return std::vector<Value>{slice_value(ctx.b, x, s.dim, s.start, s.end, s.step)};
   }, {"aten::slice_copy.Tensor"});
 
   register_graph_lowering("aten::select.int", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     Value x = ctx.tensor(0);
-    int64_t rank = b.type(x).rank();
-    int64_t dim = wrap_dim(ctx.int_arg(1), rank);
-    int64_t size = b.dims(x)[dim], index = ctx.int_arg(2);
-    TORCH_CHECK_INDEX(index >= -size && index < size, "select(): index ", index,
-                      " out of range for tensor of size ", c10::IntArrayRef(b.dims(x)),
-                      " at dimension ", dim);
-    if (index < 0) index += size;
+    auto [dim, index] = select_position(ctx, x, 1, "select");
     auto out_dims = b.dims(x);
     out_dims.erase(out_dims.begin() + dim);
     return std::vector<Value>{b.reshape(slice_value(b, x, dim, index, index + 1, 1), out_dims)};
@@ -383,25 +401,15 @@ LoweringRegistrar registrar([] {
   // slice_scatter(self, src, dim, start, end, step)
   register_graph_lowering("aten::slice_scatter", [](LoweringContext& ctx) {
     Value self = ctx.tensor(0);
-    int64_t rank = ctx.b.type(self).rank();
-    int64_t dim = wrap_dim(ctx.int_arg(2), rank);
-    int64_t step = ctx.int_arg(5);
-    TORCH_CHECK(step > 0, "slice step must be positive");
-    auto [start, end] = slice_bounds(ctx.optional_int(3), ctx.optional_int(4), ctx.b.dims(self)[dim]);
-    return std::vector<Value>{slice_scatter(ctx, self, ctx.tensor(1), dim, start, end, step)};
+    SliceSpec s = slice_spec(ctx, self, 2);
+    return std::vector<Value>{slice_scatter(ctx, self, ctx.tensor(1), s.dim, s.start, s.end, s.step)};
   });
 
   // select_scatter(self, src, dim, index)
   register_graph_lowering("aten::select_scatter", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     Value self = ctx.tensor(0);
-    int64_t rank = b.type(self).rank();
-    int64_t dim = wrap_dim(ctx.int_arg(2), rank);
-    int64_t size = b.dims(self)[dim], index = ctx.int_arg(3);
-    TORCH_CHECK_INDEX(index >= -size && index < size, "select_scatter(): index ", index,
-                      " out of range for tensor of size ", c10::IntArrayRef(b.dims(self)),
-                      " at dimension ", dim);
-    if (index < 0) index += size;
+    auto [dim, index] = select_position(ctx, self, 2, "select_scatter");
     auto src_dims = b.dims(self);
     src_dims[dim] = 1;
     Value src = b.reshape(ctx.tensor(1), src_dims);
@@ -430,13 +438,19 @@ LoweringRegistrar registrar([] {
     for (size_t i = 0; i < ctx.num_args(); ++i) args.push_back(ctx.arg(i));
     return delegate(ctx, "aten::native_batch_norm", args);
   });
-  // _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps)
+  // _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
+  // in graphs torch's meta gives the statistics used, as the decomposition
+  // returns them: the running mean and 1 / sqrt(running_var + eps).
   register_graph_lowering("aten::_native_batch_norm_legit_no_training", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
     std::vector<LoweringArg> args = {ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3), ctx.arg(4),
                                      static_arg(false), ctx.arg(5), ctx.arg(6)};
     auto out = delegate(ctx, "aten::native_batch_norm", args);
-    out.resize(3);
-    return out;
+    ElementType acc = et(opmath_type(ctx.dtype(0)));
+    Value var = b.convert(ctx.tensor(4), acc);
+    Value eps = b.splat(ctx.scalar(6, acc), b.dims(var));
+    return std::vector<Value>{out[0], b.convert(ctx.tensor(3), acc),
+                              b.unary("rsqrt", b.binary("add", var, eps))};
   });
   // _native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
   register_graph_lowering("aten::_native_batch_norm_legit.no_stats", [](LoweringContext& ctx) {

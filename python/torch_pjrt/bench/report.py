@@ -63,6 +63,20 @@ def matmul_peak(results: list[dict]) -> Optional[float]:
     return max(values) if values else None
 
 
+def _mode_table(title: str, results: list[dict], workloads: list[dict], modes: list[str],
+                text) -> list[str]:
+    """A workloads x modes table of `text(cell)` for the cells that ran."""
+    lines = [f"## {title}", "", "| workload | " + " | ".join(modes) + " |",
+             "| --- | " + " | ".join("---:" for _ in modes) + " |"]
+    for w in workloads:
+        row = []
+        for m in modes:
+            c = _cell(results, w["name"], m)
+            row.append(text(c) if c and c["status"] == "ok" else "—")
+        lines.append(f"| {w['name']} | " + " | ".join(row) + " |")
+    return lines + [""]
+
+
 def markdown(run: dict[str, Any]) -> str:
     results = run["results"]
     workloads = run["workloads"]
@@ -114,29 +128,12 @@ def markdown(run: dict[str, Any]) -> str:
             row.append(text)
         lines.append(f"| {w['name']} | " + " | ".join(row) + " |")
     lines.append("")
-    lines += ["## Median step time (spread = (max - min) / median over the repeats)", "",
-              "| workload | " + " | ".join(modes) + " |",
-              "| --- | " + " | ".join("---:" for _ in modes) + " |"]
-    for w in workloads:
-        row = []
-        for m in modes:
-            c = _cell(results, w["name"], m)
-            row.append(f"{fmt_time(c['step_s'])} ±{c['step_spread'] * 100:.0f}%"
-                       if c and c["status"] == "ok" else "—")
-        lines.append(f"| {w['name']} | " + " | ".join(row) + " |")
-    lines.append("")
-    lines += ["## First step (compilation included) / warm-up after it", "",
-              "| workload | " + " | ".join(modes) + " |",
-              "| --- | " + " | ".join("---:" for _ in modes) + " |"]
-    for w in workloads:
-        row = []
-        for m in modes:
-            c = _cell(results, w["name"], m)
-            row.append(f"{fmt_time(c['first_step_s'])} / {fmt_time(c['warmup_s'])}"
-                       if c and c["status"] == "ok" else "—")
-        lines.append(f"| {w['name']} | " + " | ".join(row) + " |")
-    lines.append("")
-    device_modes = [m for m in modes if m.startswith(("tpu", "cuda"))] or modes
+    lines += _mode_table(
+        "Median step time (spread = (max - min) / median over the repeats)", results, workloads,
+        modes, lambda c: f"{fmt_time(c['step_s'])} ±{c['step_spread'] * 100:.0f}%")
+    lines += _mode_table(
+        "First step (compilation included) / warm-up after it", results, workloads, modes,
+        lambda c: f"{fmt_time(c['first_step_s'])} / {fmt_time(c['warmup_s'])}")
     lines += ["## Compilations (first step / after warm-up), CPU fallbacks, host syncs per step, "
               "peak memory (host RSS MiB / device MiB)", "",
               "| workload | mode | compiles | fallbacks | syncs/step | peak RSS | peak device |",

@@ -17,7 +17,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -27,29 +26,10 @@ from typing import Any, Optional
 
 from . import report
 from .core import CellResult
+from .machine import cpu_model, machine_tag, memory_gib
 
 DEFAULT_MODES = ["cpu_eager", "cpu_inductor", "tpu_debug", "tpu_strict", "tpu_compiled",
                  "torchax_eager", "torchax_jit"]
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def memory_gib() -> Optional[float]:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    return None
 
 
 def machine_facts() -> dict[str, Any]:
@@ -67,16 +47,6 @@ def machine_facts() -> dict[str, Any]:
     except Exception as error:
         facts.update(plugin=None, plugin_error=str(error))
     return facts
-
-
-def machine_tag(facts: dict[str, Any]) -> str:
-    model = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$", " ", facts["cpu_model"].lower())
-    slug = re.sub(r"[^a-z0-9]+", "-", model).strip("-") or "unknown-cpu"
-    tag = f"{slug}-{facts['cores']}c"
-    platform_name = facts.get("platform_name")
-    if platform_name and platform_name != "cpu":
-        tag += "-" + re.sub(r"[^a-z0-9]+", "-", str(platform_name).lower())
-    return tag
 
 
 def versions() -> dict[str, Optional[str]]:
