@@ -272,6 +272,18 @@ def test_dynamic_dims_compile_one_program_per_shape_with_reasons():
     assert "dim 0 changed 4 -> 6" in reasons[1] and "dim 0 changed 6 -> 9" in reasons[2], reasons
 
 
+def test_a_recompile_storm_is_reported_once_it_starts():
+    def fn(x):
+        return x.cumsum(0) * 3
+
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    compiled(torch.randn(2, device=NAME))
+    with pytest.warns(RuntimeWarning, match=r"compiled 8 programs, one per input shape .*dim 0"):
+        for n in range(3, 10):
+            x = torch.randn(n)
+            torch.testing.assert_close(compiled(x.to(NAME)).cpu(), fn(x))
+
+
 def test_shape_error_in_a_compiled_region_raises_like_eager():
     def fn(x, w):
         return x @ w

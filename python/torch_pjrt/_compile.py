@@ -29,6 +29,7 @@ import itertools
 import operator
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -40,6 +41,9 @@ from . import _C
 _aten = torch.ops.aten
 _lock = threading.Lock()
 _graph_ids = itertools.count()
+
+# Program counts of one graph at which a recompile storm is reported.
+_STORM_WARNINGS = (8, 32, 128, 512)
 
 # Nodes that carry no computation once shapes are concrete.
 _NO_OPS = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size",
@@ -504,6 +508,14 @@ class _Region:
         with _lock:
             self.record.compiles.append(CompileRecord(shapes, seconds, source, reason))
             _counters["graph_compiles"] += 1
+        if len(self.programs) in _STORM_WARNINGS:
+            # A recompile storm: every new size of a dynamic dim is a new XLA
+            # program. Say so once it starts, with what keeps changing.
+            warnings.warn(
+                f"torch_pjrt: {self.name} has now compiled {len(self.programs)} programs, one per "
+                f"input shape (latest: {reason}); pad the changing dimension to a few fixed sizes "
+                f"to stop recompiling (torch_pjrt.compile_report() lists them all)",
+                RuntimeWarning, stacklevel=2)
         return lowered
 
     def _emit_foreach(self, target, node, value, emit, bindings):
