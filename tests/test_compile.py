@@ -453,3 +453,24 @@ def test_graph_only_lowerings_match_cpu(case):
         torch.testing.assert_close(got.cpu(), expected.detach(), rtol=1e-5, atol=1e-6)
     assert all(g["eager_ops"] == {} for g in torch_pjrt.compile_report())
     assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_explain_lists_breaks_eager_ops_and_cpu_fallbacks():
+    def fn(x):
+        y = torch.special.bessel_j0(x.exp())
+        torch._dynamo.graph_break()
+        return y.sin() * 2
+
+    x = torch.randn(4, device=NAME)
+    report = torch_pjrt.explain(fn, x)
+    assert report.graph_count == 2 and len(report.graph_breaks) == 1
+    assert "test_compile.py" in report.graph_breaks[0][1]
+    assert report.eager_ops == {"aten::special_bessel_j0": 1}
+    assert "aten::special_bessel_j0.out" in report.fallback_ops
+    text = str(report)
+    assert "runs eagerly (no graph lowering): aten::special_bessel_j0 x1" in text
+    assert "graph break" in text
+
+    clean = torch_pjrt.explain(lambda x: (x * 2).sum(), x)
+    assert clean.graph_breaks == [] and clean.eager_ops == {} and clean.fallback_ops == {}
+    assert "everything ran as compiled programs on the device" in str(clean)

@@ -16,7 +16,7 @@ import torch
 from . import _C
 from ._C import PjrtError
 from ._metrics import metrics, reset_metrics
-from ._compile import compile_report, reset_compile_report
+from ._compile import compile_report, explain, reset_compile_report
 from ._settings import Settings, settings
 from . import runtime
 
@@ -75,5 +75,5 @@ if settings().eager == "fused":
 
 __version__ = "0.1.0"
 
-__all__ = ["PjrtError", "Settings", "compile_report", "metrics", "reset_compile_report",
+__all__ = ["PjrtError", "Settings", "compile_report", "explain", "metrics", "reset_compile_report",
            "reset_metrics", "runtime", "settings"]
