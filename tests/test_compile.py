@@ -474,3 +474,18 @@ def test_explain_lists_breaks_eager_ops_and_cpu_fallbacks():
     clean = torch_pjrt.explain(lambda x: (x * 2).sum(), x)
     assert clean.graph_breaks == [] and clean.eager_ops == {} and clean.fallback_ops == {}
     assert "everything ran as compiled programs on the device" in str(clean)
+
+
+def test_out_of_range_index_in_a_compiled_graph_raises_index_error_like_cpu():
+    emb = torch.nn.Embedding(10, 4)
+    ids = torch.tensor([1, 12])
+    with pytest.raises(IndexError, match="index out of range in self"):
+        emb(ids)
+    emb.to(NAME)
+    compiled = torch.compile(lambda i: emb(i).sum(), backend="tpu")
+    with torch.no_grad(), pytest.raises(IndexError, match="embedding: index out of range in self"):
+        compiled(ids.to(NAME)).item()  # reported when the host next waits
+    # The device is usable afterwards.
+    with torch.no_grad():
+        assert compiled(torch.tensor([1, 2], device=NAME)).item() == pytest.approx(
+            emb.weight[1:3].sum().item(), rel=1e-5)
