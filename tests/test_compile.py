@@ -489,3 +489,35 @@ def test_out_of_range_index_in_a_compiled_graph_raises_index_error_like_cpu():
     with torch.no_grad():
         assert compiled(torch.tensor([1, 2], device=NAME)).item() == pytest.approx(
             emb.weight[1:3].sum().item(), rel=1e-5)
+
+
+def test_bucketing_bounds_programs_and_keeps_results():
+    from torch_pjrt.bucketing import bucket_size, pad_batch
+
+    assert bucket_size(20, (64, 32)) == 32 and bucket_size(32, (32, 64)) == 32
+    with pytest.raises(ValueError, match="longer than the largest bucket"):
+        bucket_size(65, (32, 64))
+    with pytest.raises(ValueError, match="no masking pad value for field 'pixel_values'"):
+        pad_batch({"input_ids": torch.zeros(1, 3), "pixel_values": torch.zeros(1, 3)}, (8,),
+                  pad_token_id=0)
+
+    model = tiny_llama().eval()
+    compiled = torch.compile(lambda **b: model(**b), backend="tpu", dynamic=False)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        expected = []
+        for length in (20, 27, 45):
+            ids = torch.randint(3, 256, (2, length), generator=g)
+            out = model(input_ids=ids, labels=ids)
+            expected.append((ids, out.loss, out.logits))
+        model.to(NAME)
+        for ids, loss, logits in expected:
+            batch = pad_batch({"input_ids": ids.to(NAME), "labels": ids.to(NAME)}, (32, 64),
+                              pad_token_id=0)
+            out = compiled(**batch)
+            length = ids.shape[1]
+            torch.testing.assert_close(out.loss.cpu(), loss, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(out.logits[:, :length].cpu(), logits, rtol=1e-4, atol=1e-4)
+    # Three lengths, two buckets: two graphs, one program each.
+    graphs = torch_pjrt.compile_report()
+    assert len(graphs) == 2 and all(len(g["compiles"]) == 1 for g in graphs)
