@@ -148,7 +148,6 @@ def test_optimizer_updates_weights_in_place_without_a_second_copy():
     # donated, so the step allocates nothing that outlives it.
     assert model.weight is weight and weight.data_ptr() == ptr
     assert torch.tpu.memory_allocated() == before
-    cpu = torch.nn.Linear(512, 512)
     torch.manual_seed(0)
     cpu = torch.nn.Linear(512, 512)
     cpu_opt = torch.optim.Adam(cpu.parameters(), lr=0.01)

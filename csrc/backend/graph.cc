@@ -16,6 +16,7 @@
 #include "backend/device_storage.h"
 #include "backend/execute.h"
 #include "backend/generator.h"
+#include "backend/op_kernel.h"
 #include "backend/program_cache.h"
 #include "backend/runtime_state.h"
 #include "backend/tensor_access.h"
@@ -196,8 +197,6 @@ class GraphBuild {
   const std::vector<hlo::Value>& checks() const { return checks_; }
   const std::vector<std::string>& check_messages() const { return check_messages_; }
 
-  static bool is_write(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
-
  private:
   hlo::Builder& b_;
   bool f64_;
@@ -214,13 +213,13 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& name, const std::
                                             const std::string& reason,
                                             const std::vector<GraphInput>& inputs,
                                             const std::vector<GraphNode>& nodes,
-                                            const std::vector<GraphRef>& outputs, bool random) {
+                                            const std::vector<GraphRef>& outputs) {
   // Random ops share one generator state parameter, threaded through them
   // in order; each run advances the generator's offset once.
-  for (const GraphNode& node : nodes) {
+  bool random = std::any_of(nodes.begin(), nodes.end(), [](const GraphNode& node) {
     const ops::Lowering* lowering = ops::find_lowering(node.op);
-    if (lowering != nullptr && lowering->random) random = true;
-  }
+    return lowering != nullptr && lowering->random;
+  });
   ProgramKey pkey("graph:" + name);
   pkey.attr(key);
   for (const auto& in : inputs) {
@@ -268,7 +267,6 @@ std::vector<c10::optional<at::Tensor>> run_graph(const GraphProgram& graph,
   const Program& program = *graph.program;
   TORCH_CHECK(args.size() == graph.inputs.size(), "torch_pjrt: compiled graph expects ",
               graph.inputs.size(), " inputs, got ", args.size());
-  std::vector<at::Tensor> tensors;
   std::vector<BufferPtr> buffers;
   for (size_t i = 0; i < args.size(); ++i) {
     at::Tensor t = args[i];
@@ -285,12 +283,15 @@ std::vector<c10::optional<at::Tensor>> run_graph(const GraphProgram& graph,
                   "! (when checking arguments for a compiled graph)");
     }
     buffers.push_back(read_tensor(t));
-    tensors.push_back(std::move(t));
   }
   std::vector<bool> may_donate(buffers.size(), false);
   for (const auto& [input, result] : mutations) {
     (void)result;
-    const at::Tensor& t = tensors[input];
+    const at::Tensor& t = args[input];
+    // The graph walk never lowers a write into a CPU tensor (that node runs
+    // eagerly), so every mutated input is a device tensor.
+    TORCH_CHECK(t.is_privateuseone(), "torch_pjrt: compiled graph input ", input,
+                " is written by the graph but lives on ", t.device());
     if (!graph.inputs[input].donate || !is_whole_buffer(t)) continue;
     // Only the storage and `buffers` may hold it; then the program may
     // consume it, and the storage gets the updated buffer below.
@@ -311,8 +312,7 @@ std::vector<c10::optional<at::Tensor>> run_graph(const GraphProgram& graph,
   std::vector<c10::optional<at::Tensor>> results(graph.num_results);
   std::vector<bool> written(graph.num_results, false);
   for (const auto& [input, result] : mutations) {
-    write_tensor(args[input].is_privateuseone() ? args[input] : tensors[input], outputs[result]);
-    if (!args[input].is_privateuseone()) args[input].copy_(tensors[input]);
+    write_tensor(args[input], outputs[result]);
     written[result] = true;
   }
   for (size_t i = 0; i < graph.num_results; ++i) {

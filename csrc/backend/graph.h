@@ -55,7 +55,7 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& name, const std::
                                             const std::string& reason,
                                             const std::vector<GraphInput>& inputs,
                                             const std::vector<GraphNode>& nodes,
-                                            const std::vector<GraphRef>& outputs, bool random);
+                                            const std::vector<GraphRef>& outputs);
 
 // Runs `graph` on `args` (tensors matching its inputs). Each (input, result)
 // in `mutations` writes that result into the input tensor, donating the old

@@ -25,8 +25,6 @@ using pjrt::ElementType;
 
 enum class Variant { kFunctional, kInPlace, kOut };
 
-bool is_write(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
-
 struct CallShape {
   Variant variant = Variant::kFunctional;
   size_t functional_args = 0;  // leading arguments the lowering sees

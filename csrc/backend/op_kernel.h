@@ -14,4 +14,9 @@ void run_lowered_op(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // Registers run_lowered_op for PrivateUse1 on every op with a lowering.
 void register_lowered_ops();
 
+// True for a schema argument the op writes (self of an in-place op, out=).
+inline bool is_write(const c10::Argument& a) {
+  return a.alias_info() && a.alias_info()->isWrite();
+}
+
 }  // namespace torch_pjrt::backend

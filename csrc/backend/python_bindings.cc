@@ -177,8 +177,7 @@ void bind_graphs(py::module& m) {
   // nodes: [(op, args tuple, kwargs dict, [(dtype | None, shape)])]
   m.def("_compile_graph", [](const std::string& name, const std::string& key,
                              const std::string& reason, const py::list& inputs,
-                             const py::list& nodes, const std::vector<GraphRef>& outputs,
-                             bool random) {
+                             const py::list& nodes, const std::vector<GraphRef>& outputs) {
     std::vector<GraphInput> ins;
     for (py::handle h : inputs) {
       auto t = h.cast<py::tuple>();
@@ -198,7 +197,7 @@ void bind_graphs(py::module& m) {
       }
       ns.push_back(std::move(node));
     }
-    return compile_graph(name, key, reason, ins, ns, outputs, random);
+    return compile_graph(name, key, reason, ins, ns, outputs);
   });
 }
 

@@ -82,7 +82,7 @@ void register_unary() {
                ? x
                : b.unary("abs", x);
   });
-  unary_same("sign", [](Builder& b, Value x) {
+  auto sign = [](Builder& b, Value x) {
     ElementType t = b.element_type(x);
     if (t == ElementType::kPred) return x;
     if (hlo::is_unsigned_int(t)) {
@@ -90,17 +90,10 @@ void register_unary() {
       return b.convert(b.compare(x, zero, hlo::Compare::kNe), t);
     }
     return b.unary("sign", x);
-  });
+  };
+  unary_same("sign", sign);
   // sgn is sign for real numbers (autograd's abs and norm backward use it).
-  unary_same("sgn", [](Builder& b, Value x) {
-    ElementType t = b.element_type(x);
-    if (t == ElementType::kPred) return x;
-    if (hlo::is_unsigned_int(t)) {
-      Value zero = b.zeros(TensorType{t, b.dims(x)});
-      return b.convert(b.compare(x, zero, hlo::Compare::kNe), t);
-    }
-    return b.unary("sign", x);
-  });
+  unary_same("sgn", sign);
   register_lowering("aten::polygamma", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     int64_t n = ctx.int_arg(0);

@@ -4,6 +4,7 @@
 // here they become reshape, transpose, broadcast, slice and convert. Ops that
 // eager mode already lowers under another name (batch norm's functional
 // form, embedding) delegate to that lowering: one implementation per op.
+#include <ATen/InferSize.h>
 #include <c10/core/MemoryFormat.h>
 #include <c10/util/Exception.h>
 
@@ -14,33 +15,10 @@
 namespace torch_pjrt::ops {
 namespace {
 
-std::vector<int64_t> infer_size(const std::string& op, std::vector<int64_t> size, int64_t numel) {
-  int64_t known = 1;
-  int infer = -1;
-  for (size_t i = 0; i < size.size(); ++i) {
-    if (size[i] == -1) {
-      TORCH_CHECK(infer < 0, op, ": only one dimension can be inferred");
-      infer = static_cast<int>(i);
-    } else {
-      TORCH_CHECK(size[i] >= 0, op, ": invalid shape dimension ", size[i]);
-      known *= size[i];
-    }
-  }
-  if (infer >= 0) {
-    TORCH_CHECK(known != 0 && numel % known == 0, "shape '", c10::IntArrayRef(size),
-                "' is invalid for input of size ", numel);
-    size[infer] = numel / known;
-  } else {
-    TORCH_CHECK(known == numel, "shape '", c10::IntArrayRef(size), "' is invalid for input of size ",
-                numel);
-  }
-  return size;
-}
-
 Value view(LoweringContext& ctx) {
   Value x = ctx.tensor(0);
-  auto size = infer_size(ctx.op(), ctx.int_list(1), ctx.b.type(x).numel());
-  return ctx.b.reshape(x, size);
+  // torch's own rule for -1 and its error for a size that does not fit.
+  return ctx.b.reshape(x, at::infer_size(ctx.int_list(1), ctx.b.type(x).numel()));
 }
 
 std::vector<int64_t> squeeze_dims(Builder& b, Value x, const std::vector<int64_t>& dims) {

@@ -460,7 +460,7 @@ class _Region:
                 env[node] = ref
                 continue
             if name.startswith("_foreach_"):
-                env[node] = self._emit_foreach(target, node, value, emit, bindings)
+                env[node] = self._emit_foreach(target, node, value, emit)
                 continue
             op = _op_name(target)
             if op not in _graph_ops():
@@ -492,7 +492,7 @@ class _Region:
         before = _C._counters()
         start = time.perf_counter()
         program = _C._compile_graph(self.name, self.key, reason,
-                                    [tuple(i) for i in inputs], nodes, program_outputs, False)
+                                    [tuple(i) for i in inputs], nodes, program_outputs)
         seconds = time.perf_counter() - start
         after = _C._counters()
         if after.get("compilations", 0) > before.get("compilations", 0):
@@ -518,7 +518,7 @@ class _Region:
                 RuntimeWarning, stacklevel=2)
         return lowered
 
-    def _emit_foreach(self, target, node, value, emit, bindings):
+    def _emit_foreach(self, target, node, value, emit):
         packet = _foreach_element_op(target)
         formals = target._schema.arguments
         args = value(list(node.args))
@@ -601,8 +601,7 @@ def _build(gm: torch.fx.GraphModule, kind: str, base: str) -> Callable:
     count = 0
     for child_name, child in list(split.named_children()):
         if isinstance(child, torch.fx.GraphModule):
-            sub_record = record
-            region = _Region(child, sub_record, f"{name}.{child_name}")
+            region = _Region(child, record, f"{name}.{child_name}")
             setattr(split, child_name, _RegionModule(region))
             count += 1
     record.regions = count
@@ -684,22 +683,6 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
         keep_inference_input_mutations=True,
     )
     return backend(gm, example_inputs)
-
-
-_registered = False
-
-
-def register(name: str) -> None:
-    """Registers the backend under the device's name with Dynamo (done
-    lazily: importing torch_pjrt does not import Dynamo)."""
-    global _registered
-    if _registered:
-        return
-    from torch._dynamo.backends.registry import register_backend, _BACKENDS
-
-    if name not in _BACKENDS:
-        register_backend(name=name)(tpu_backend)
-    _registered = True
 
 
 # --------------------------------------------------------------------------

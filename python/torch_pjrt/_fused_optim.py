@@ -59,25 +59,31 @@ def _adam_step(
                 f"aten::{op}: {name} has {len(values)} tensors but there are {n} parameters")
     for i in range(n):
         p = params[i]
+        if p.device != params[0].device:
+            raise RuntimeError(f"aten::{op}: parameter {i} is on {p.device} but parameter 0 is "
+                               f"on {params[0].device}; one fused step takes one device")
         for name, values in lists.items():
             t = values[i]
             if name != "state_steps" and (t.shape != p.shape or t.device != p.device):
                 raise RuntimeError(
                     f"aten::{op}: {name}[{i}] has shape {tuple(t.shape)} on {t.device} but "
                     f"parameter {i} has shape {tuple(p.shape)} on {p.device}")
+    if n == 0:
+        return
+    # The step's shared values, on the parameters' device once.
+    device = params[0].device
+    keep = None if found_inf is None else found_inf.to(device).reshape(()) != 0
+    scale = None if grad_scale is None else grad_scale.to(device).reshape(())
+    lr_value = lr.to(device).reshape(()) if isinstance(lr, torch.Tensor) else lr
     for i in range(n):
         param, grad, exp_avg, exp_avg_sq = params[i], grads[i], exp_avgs[i], exp_avg_sqs[i]
-        step = state_steps[i].to(device=param.device, dtype=torch.float32)
-        keep = None
-        if found_inf is not None:
-            keep = found_inf.to(param.device).reshape(()) != 0
-        if grad_scale is not None:
-            unscaled = grad / grad_scale.to(param.device).reshape(())
+        step = state_steps[i].to(device=device, dtype=torch.float32)
+        if scale is not None:
+            unscaled = grad / scale
             grad.copy_(unscaled if keep is None else torch.where(keep, grad, unscaled))
             grad = unscaled
         if maximize:
             grad = -grad
-        lr_value = lr.to(param.device).reshape(()) if isinstance(lr, torch.Tensor) else lr
         new_param = param
         if weight_decay != 0:
             if decoupled:

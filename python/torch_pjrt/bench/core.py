@@ -4,8 +4,9 @@ A *cell* is one workload in one mode. It runs in its own process (settings
 such as the eager mode are read once per process, and a fresh process gives
 a cold compile cache and a clean memory peak) and goes through:
 
-1. the CPU PyTorch eager reference: the workload's first `check_steps`
-   outputs, and its FLOPs per step counted by torch's FlopCounterMode;
+1. the CPU PyTorch eager reference, from one build: the workload's first
+   `check_steps` outputs, then its FLOPs per step counted by torch's
+   FlopCounterMode;
 2. the first step in the cell's mode, timed alone (compilation included);
 3. the check: the first `check_steps` outputs against the reference; a wrong
    cell is reported with its error and is not timed;
@@ -197,26 +198,24 @@ class PeakSampler:
 # ---------------------------------------------------------------------------
 # One cell
 
-def count_flops(workload: Workload, cpu_mode: Mode) -> Optional[float]:
-    """FLOPs of one step, counted on CPU eager by torch's FlopCounterMode
-    (matmuls, convolutions and attention; elementwise ops count zero)."""
+def reference(workload: Workload, cpu_mode: Mode) -> tuple[list, Optional[float]]:
+    """On one CPU-eager build of the workload: the outputs of its first
+    `check_steps` steps, then the FLOPs of one more step counted by torch's
+    FlopCounterMode (matmuls, convolutions, attention; elementwise ops count
+    zero). FLOPs are None where the counter cannot follow the workload."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    case = workload.build(cpu_mode)
+    outputs = [case.step() for _ in range(workload.check_steps)]
     try:
-        case = workload.build(cpu_mode)
-        case.step()  # the first step may differ (lazy state)
         counter = FlopCounterMode(display=False)
         with counter:
             case.step()
         total = counter.get_total_flops()
-        return float(total) if total else None
+        flops = float(total) if total else None
     except Exception:  # a workload the counter cannot follow: no FLOP figures
-        return None
-
-
-def reference_outputs(workload: Workload, cpu_mode: Mode) -> list:
-    case = workload.build(cpu_mode)
-    return [case.step() for _ in range(workload.check_steps)]
+        flops = None
+    return outputs, flops
 
 
 def _counters() -> dict:
@@ -232,19 +231,17 @@ def _counters() -> dict:
 
 def run_cell(workload: Workload, mode: Mode, cpu_mode: Mode, *, repeats: int = 5,
              batch_s: float = 0.05, max_warmup_steps: int = 20, time_budget_s: float = 60.0,
-             reference: Optional[list] = None, flops: Optional[float] = None) -> CellResult:
-    """Measures one cell in this process. `reference` and `flops` may be
-    given (computed elsewhere); otherwise they are computed here."""
+             expected: Optional[list] = None, flops: Optional[float] = None) -> CellResult:
+    """Measures one cell in this process. The CPU reference outputs
+    (`expected`) and `flops` may be given; otherwise they are computed here."""
     result = CellResult(workload=workload.name, mode=mode.name, status="ok")
     why = workload.unsupported.get(mode.name) or mode.unavailable()
     if why:
         result.status, result.detail = "unavailable", why
         return result
     try:
-        if reference is None:
-            reference = reference_outputs(workload, cpu_mode)
-        if flops is None:
-            flops = count_flops(workload, cpu_mode)
+        if expected is None:
+            expected, flops = reference(workload, cpu_mode)
         result.flops_per_step = flops
         device_stats = mode.on_device and hasattr(torch, mode.device)
         if device_stats:
@@ -260,7 +257,7 @@ def run_cell(workload: Workload, mode: Mode, cpu_mode: Mode, *, repeats: int = 5
             for _ in range(workload.check_steps - 1):
                 outputs.append(case.step())
             case.sync()
-            ok, err, message = compare(outputs, reference, workload.check, workload.rtol,
+            ok, err, message = compare(outputs, expected, workload.check, workload.rtol,
                                        workload.atol)
             result.max_error = err
             if not ok:

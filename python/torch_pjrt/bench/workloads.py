@@ -47,6 +47,7 @@ def _no_cuda() -> Optional[str]:
     return None if torch.cuda.is_available() else "no CUDA device"
 
 
+@functools.lru_cache(maxsize=1)
 def _no_torchax() -> Optional[str]:
     try:
         import torchax  # noqa: F401
