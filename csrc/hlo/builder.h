@@ -148,6 +148,29 @@ class Builder {
   Value convolution(Value lhs, Value rhs, const ConvAttrs& attrs,
                     const std::vector<int64_t>& result_dims, ElementType result_type);
 
+  // --- collectives (collective_ops.cc) --------------------------------------
+  // Ops that run across the replicas of a multi-device program. `groups`
+  // partitions replica ids into groups of equal size; each op combines
+  // values within a group only.
+  using ReplicaGroups = std::vector<std::vector<int64_t>>;
+  // Combines each of `xs` across the group with `combine` ((a, b) -> a op b,
+  // 0-d); one op for all of them, as XLA fuses a coalesced all-reduce.
+  std::vector<Value> all_reduce(const std::vector<Value>& xs, const ReplicaGroups& groups,
+                                const RegionFn& combine);
+  // Concatenates the group's `x` along `dim`, in replica order.
+  Value all_gather(Value x, int64_t dim, const ReplicaGroups& groups);
+  // Combines like all_reduce, then keeps this replica's slice of `dim`.
+  Value reduce_scatter(Value x, int64_t dim, const ReplicaGroups& groups,
+                       const RegionFn& combine);
+  // Splits `split_dim` into one block per replica of the group, sends block
+  // i to replica i, and concatenates what arrives along `concat_dim`.
+  Value all_to_all(Value x, int64_t split_dim, int64_t concat_dim, const ReplicaGroups& groups);
+  // Sends x from each pair's source replica to its target; a replica that
+  // receives nothing gets zeros.
+  Value collective_permute(Value x, const std::vector<std::pair<int64_t, int64_t>>& pairs);
+  // This replica's index, ui32[].
+  Value replica_id();
+
   // Random bits from a counter-based generator: `state` is ui64[2] (key and
   // counter); returns {new_state, bits of `type`}.
   std::vector<Value> rng_bit_generator(Value state, const TensorType& bits_type);

@@ -128,6 +128,7 @@ ExecuteResult Executable::execute(const std::vector<const Buffer*>& inputs, cons
   auto execute_options = TORCH_PJRT_ARGS(PJRT_ExecuteOptions);
   execute_options.non_donatable_input_indices = options.non_donatable_inputs.data();
   execute_options.num_non_donatable_input_indices = options.non_donatable_inputs.size();
+  execute_options.launch_id = options.launch_id;
 
   auto args = TORCH_PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args);
   args.executable = loaded_;
@@ -147,6 +148,70 @@ ExecuteResult Executable::execute(const std::vector<const Buffer*>& inputs, cons
   result.outputs.reserve(outputs.size());
   for (PJRT_Buffer* out : outputs) result.outputs.emplace_back(client_, out);
   return result;
+}
+
+std::vector<Device> Executable::addressable_devices() const {
+  auto args = TORCH_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args);
+  args.executable = loaded_;
+  const PJRT_Api* api = client_->api();
+  check(api, api->PJRT_LoadedExecutable_AddressableDevices(&args),
+        "PJRT_LoadedExecutable_AddressableDevices");
+  std::vector<Device> devices;
+  for (size_t i = 0; i < args.num_addressable_devices; ++i) {
+    devices.emplace_back(api, args.addressable_devices[i]);
+  }
+  return devices;
+}
+
+std::vector<ExecuteResult> Executable::execute_all(
+    const std::vector<std::vector<const Buffer*>>& inputs, const ExecuteOptions& options) const {
+  size_t devices = inputs.size();
+  if (devices != addressable_devices().size()) {
+    throw Error("Executable::execute_all", ErrorCode::kInvalidArgument,
+                "program '" + name_ + "' runs on " + std::to_string(addressable_devices().size()) +
+                    " device(s), got arguments for " + std::to_string(devices));
+  }
+  std::vector<std::vector<PJRT_Buffer*>> arguments(devices);
+  std::vector<PJRT_Buffer* const*> argument_lists;
+  for (size_t d = 0; d < devices; ++d) {
+    check_inputs(inputs[d]);
+    if (d > 0 && inputs[d].size() != inputs[0].size()) {
+      throw Error("Executable::execute_all", ErrorCode::kInvalidArgument,
+                  "every device needs the same number of arguments");
+    }
+    for (const Buffer* input : inputs[d]) arguments[d].push_back(input->raw());
+    argument_lists.push_back(arguments[d].data());
+  }
+  std::vector<std::vector<PJRT_Buffer*>> outputs(devices,
+                                                 std::vector<PJRT_Buffer*>(num_outputs_, nullptr));
+  std::vector<PJRT_Buffer**> output_lists;
+  for (auto& list : outputs) output_lists.push_back(list.data());
+  std::vector<PJRT_Event*> done(devices, nullptr);
+
+  auto execute_options = TORCH_PJRT_ARGS(PJRT_ExecuteOptions);
+  execute_options.non_donatable_input_indices = options.non_donatable_inputs.data();
+  execute_options.num_non_donatable_input_indices = options.non_donatable_inputs.size();
+  execute_options.launch_id = options.launch_id;
+
+  auto args = TORCH_PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args);
+  args.executable = loaded_;
+  args.options = &execute_options;
+  args.argument_lists = argument_lists.data();
+  args.num_devices = devices;
+  args.num_args = devices ? inputs[0].size() : 0;
+  args.output_lists = output_lists.data();
+  args.device_complete_events = done.data();
+  args.execute_device = nullptr;
+  const PJRT_Api* api = client_->api();
+  check(api, api->PJRT_LoadedExecutable_Execute(&args), "PJRT_LoadedExecutable_Execute");
+  client_->counters().executions += static_cast<int64_t>(devices);
+
+  std::vector<ExecuteResult> results(devices);
+  for (size_t d = 0; d < devices; ++d) {
+    results[d].done = Event(api, done[d]);
+    for (PJRT_Buffer* out : outputs[d]) results[d].outputs.emplace_back(client_, out);
+  }
+  return results;
 }
 
 }  // namespace torch_pjrt::pjrt

@@ -22,6 +22,9 @@ struct ExecuteOptions {
   // Inputs the program marks as donatable (jax.buffer_donor or
   // tf.aliasing_output) that must be kept alive anyway for this call.
   std::vector<int64_t> non_donatable_inputs;
+  // Non-zero ties together the launches of one multi-device program: every
+  // device's launch of one collective must carry the same id.
+  int launch_id = 0;
 };
 
 struct ExecuteResult {
@@ -59,6 +62,15 @@ class Executable {
   // or shapes differ from the program's parameters.
   ExecuteResult execute(const std::vector<const Buffer*>& inputs, const Device& device,
                         const ExecuteOptions& options = {}) const;
+
+  // The devices a program compiled with a device assignment runs on, in the
+  // order execute_all() takes their inputs and returns their results.
+  std::vector<Device> addressable_devices() const;
+  // Runs a multi-device program on every addressable device in one launch:
+  // `inputs[d]` are the arguments of addressable_devices()[d]. Checks every
+  // device's arguments before anything is launched.
+  std::vector<ExecuteResult> execute_all(const std::vector<std::vector<const Buffer*>>& inputs,
+                                         const ExecuteOptions& options = {}) const;
 
  private:
   Executable(std::shared_ptr<Client> client, PJRT_LoadedExecutable* loaded);

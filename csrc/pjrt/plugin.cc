@@ -56,6 +56,7 @@ constexpr RequiredFunction kRequired[] = {
     TORCH_PJRT_REQUIRED(PJRT_LoadedExecutable_Destroy),
     TORCH_PJRT_REQUIRED(PJRT_LoadedExecutable_GetExecutable),
     TORCH_PJRT_REQUIRED(PJRT_LoadedExecutable_Execute),
+    TORCH_PJRT_REQUIRED(PJRT_LoadedExecutable_AddressableDevices),
     TORCH_PJRT_REQUIRED(PJRT_Executable_DeserializeAndLoad),
     TORCH_PJRT_REQUIRED(PJRT_Buffer_Destroy),
     TORCH_PJRT_REQUIRED(PJRT_Buffer_ElementType),
