@@ -77,6 +77,11 @@ pjrt::Hash128 ProgramKey::full() const {
 
 const Program& program_for(const ProgramKey& key,
                            const std::function<void(hlo::Builder&)>& build) {
+  return program_for(key, build, pjrt::CompileOptions{});
+}
+
+const Program& program_for(const ProgramKey& key, const std::function<void(hlo::Builder&)>& build,
+                           const pjrt::CompileOptions& options) {
   pjrt::Hash128 full = key.full();
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -93,7 +98,7 @@ const Program& program_for(const ProgramKey& key,
   auto program = std::make_unique<Program>();
   std::string dumped = settings().dump_dir.empty() ? "" : dump_program(name, mlir);
   try {
-    program->executable = runtime().cache().get_or_compile(mlir).executable;
+    program->executable = runtime().cache().get_or_compile(mlir, options).executable;
   } catch (const pjrt::Error& e) {
     TORCH_CHECK(false, "torch_pjrt: the StableHLO program for ", key.op(),
                 " failed to compile: ", e.what(), " (",

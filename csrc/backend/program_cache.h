@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hlo/builder.h"
+#include "pjrt/compile_options.h"
 #include "pjrt/executable.h"
 #include "pjrt/hash.h"
 
@@ -53,6 +54,10 @@ struct Program {
 // The program for `key`, building it with `build` on a miss. `build` gets a
 // fresh builder named after the op, declares parameters and sets outputs.
 const Program& program_for(const ProgramKey& key, const std::function<void(hlo::Builder&)>& build);
+// The same for a program compiled with other options (a collective's device
+// assignment). The key must cover whatever in `options` varies.
+const Program& program_for(const ProgramKey& key, const std::function<void(hlo::Builder&)>& build,
+                           const pjrt::CompileOptions& options);
 
 // Calls answered by an already-built program (the hot path). Reported as
 // part of metrics()["cache_hits_memory"].

@@ -26,6 +26,10 @@
 
 namespace py = pybind11;
 
+namespace torch_pjrt::distributed {
+void init_bindings(py::module& m);  // csrc/distributed/bindings.cc
+}
+
 namespace torch_pjrt::backend {
 
 void register_hooks();  // hooks.cc
@@ -225,6 +229,7 @@ PYBIND11_MODULE(_C, m) {
   route_warnings_to_python();
   torch_pjrt::backend::register_hooks();
   register_lowered_ops();
+  torch_pjrt::distributed::init_bindings(m);
 
   m.def(
       "_init_runtime",

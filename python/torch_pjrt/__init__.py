@@ -43,6 +43,10 @@ def _register_device() -> None:
 
     _fused_optim.register()
     _accelerate.install(name)
+    if torch.distributed.is_available():
+        from . import distributed
+
+        distributed.register()
 
 
 def _start_runtime() -> None:

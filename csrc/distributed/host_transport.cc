@@ -1,0 +1,391 @@
+#include "distributed/host_transport.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include "backend/runtime_state.h"
+#include "backend/tensor_access.h"
+#include "ops/dtypes.h"
+#include "pjrt/pending_buffer.h"
+
+namespace torch_pjrt::distributed {
+namespace {
+
+using backend::BufferPtr;
+
+std::string message_of(const std::exception& e) {
+  if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+// Everything one call keeps alive between the caller and the worker.
+struct Staged {
+  std::vector<BufferPtr> sources;     // device buffers being copied to the host
+  std::vector<pjrt::Event> reads;     // those copies
+  std::vector<pjrt::PendingBuffer> pending;  // device buffers the results fill
+  std::vector<at::Tensor> fill_from;         // the host tensor each one is filled from
+};
+
+c10d::ReduceOp gloo_op(hlo::Reduction r) {
+  switch (r) {
+    case hlo::Reduction::kProduct: return c10d::ReduceOp::PRODUCT;
+    case hlo::Reduction::kMin: return c10d::ReduceOp::MIN;
+    case hlo::Reduction::kMax: return c10d::ReduceOp::MAX;
+    case hlo::Reduction::kBitAnd: return c10d::ReduceOp::BAND;
+    case hlo::Reduction::kBitOr: return c10d::ReduceOp::BOR;
+    case hlo::Reduction::kBitXor: return c10d::ReduceOp::BXOR;
+    default: return c10d::ReduceOp::SUM;  // sum, and avg / premul_sum built on it
+  }
+}
+
+void average(at::Tensor& t, int size) {
+  if (c10::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
+    t.div_(size, "trunc");  // integers truncate toward zero, as the device does
+  } else {
+    t.div_(size);
+  }
+}
+
+}  // namespace
+
+HostTransport::HostTransport(c10::intrusive_ptr<c10d::Backend> host, int rank, int size)
+    : host_(std::move(host)), rank_(rank), size_(size), worker_([this] { loop(); }) {}
+
+HostTransport::~HostTransport() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void HostTransport::enqueue(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+}
+
+void HostTransport::loop() {
+  while (true) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, and everything queued has run
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();  // never throws: each job turns its errors into the Work's
+  }
+}
+
+c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpType type,
+                                               std::chrono::milliseconds timeout) {
+  auto staged = std::make_shared<Staged>();
+  auto& client = backend::runtime().client();
+
+  // Inputs first: their current buffers are what is sent, even when the
+  // same tensor is about to receive the result.
+  auto stage_in = [&](const at::Tensor& t) {
+    at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
+    if (t.numel() > 0) {
+      BufferPtr source = backend::read_tensor(t);
+      staged->reads.push_back(source->to_host_async(host.data_ptr(), host.nbytes()));
+      staged->sources.push_back(std::move(source));
+    }
+    return host;
+  };
+  auto host_like = [](const at::Tensor& t) { return at::empty(t.sizes(), t.options().device(at::kCPU)); };
+  std::vector<std::pair<at::Tensor, at::Tensor>> outputs;  // (device tensor, host result)
+  auto stage_out = [&](const at::Tensor& t, const at::Tensor& host) { outputs.emplace_back(t, host); };
+
+  const c10::intrusive_ptr<c10d::Backend> gloo = host_;
+  std::vector<at::Tensor> in, out, results;
+  std::function<c10::intrusive_ptr<c10d::Work>()> op;
+  std::function<void()> after;
+  bool root = rank_ == call.root;
+  int size = size_;
+  hlo::Reduction reduction = call.reduction;
+  double factor = call.premul_factor;
+  auto premul = [reduction, factor](std::vector<at::Tensor>& ts) {
+    if (reduction == hlo::Reduction::kPremulSum) {
+      for (auto& t : ts) t.mul_(factor);
+    }
+  };
+  auto avg = [reduction, size](std::vector<at::Tensor> ts) {
+    if (reduction == hlo::Reduction::kAvg) {
+      for (auto& t : ts) average(t, size);
+    }
+  };
+
+  switch (call.kind) {
+    case CallKind::kAllReduce:
+    case CallKind::kReduce: {
+      for (const auto& t : call.inputs) in.push_back(stage_in(t));
+      bool all = call.kind == CallKind::kAllReduce;
+      int64_t r = call.root;
+      op = [gloo, in, reduction, all, r, premul]() mutable {
+        premul(in);
+        c10::intrusive_ptr<c10d::Work> last;
+        for (auto& t : in) {
+          std::vector<at::Tensor> one{t};
+          if (all) {
+            c10d::AllreduceOptions o;
+            o.reduceOp = gloo_op(reduction);
+            last = gloo->allreduce(one, o);
+          } else {
+            c10d::ReduceOptions o;
+            o.reduceOp = gloo_op(reduction);
+            o.rootRank = r;
+            last = gloo->reduce(one, o);
+          }
+          last->wait();
+        }
+        return last;
+      };
+      after = [in, avg] { avg(in); };
+      if (all || root) {
+        for (size_t i = 0; i < in.size(); ++i) stage_out(call.inputs[i], in[i]);
+      }
+      results = call.inputs;
+      break;
+    }
+    case CallKind::kBroadcast: {
+      for (const auto& t : call.inputs) in.push_back(root ? stage_in(t) : host_like(t));
+      int64_t r = call.root;
+      op = [gloo, in, r]() mutable {
+        c10::intrusive_ptr<c10d::Work> last;
+        for (auto& t : in) {
+          std::vector<at::Tensor> one{t};
+          c10d::BroadcastOptions o;
+          o.rootRank = r;
+          last = gloo->broadcast(one, o);
+          last->wait();
+        }
+        return last;
+      };
+      if (!root) {
+        for (size_t i = 0; i < in.size(); ++i) stage_out(call.inputs[i], in[i]);
+      }
+      results = call.inputs;
+      break;
+    }
+    case CallKind::kAllGather:
+    case CallKind::kReduceScatter: {
+      bool gather = call.kind == CallKind::kAllGather;
+      for (size_t i = 0; i < call.inputs.size(); ++i) {
+        in.push_back(stage_in(call.inputs[i]));
+        out.push_back(host_like(call.outputs[i]));
+      }
+      op = [gloo, in, out, gather, reduction, premul]() mutable {
+        if (!gather) premul(in);
+        c10::intrusive_ptr<c10d::Work> last;
+        for (size_t i = 0; i < in.size(); ++i) {
+          at::Tensor o = out[i].view({-1}), x = in[i].view({-1});
+          if (gather) {
+            last = gloo->_allgather_base(o, x);
+          } else {
+            c10d::ReduceScatterOptions opts;
+            opts.reduceOp = gloo_op(reduction);
+            last = gloo->_reduce_scatter_base(o, x, opts);
+          }
+          last->wait();
+        }
+        return last;
+      };
+      if (!gather) after = [out, avg] { avg(out); };
+      for (size_t i = 0; i < out.size(); ++i) stage_out(call.outputs[i], out[i]);
+      results = call.outputs;
+      break;
+    }
+    case CallKind::kAllGatherList:
+    case CallKind::kGather: {
+      in.push_back(stage_in(call.inputs.at(0)));
+      bool everyone = call.kind == CallKind::kAllGatherList;
+      if (everyone || root) {
+        for (const auto& t : call.outputs) out.push_back(host_like(t));
+      }
+      int64_t r = call.root;
+      op = [gloo, in, out, everyone, r]() mutable {
+        std::vector<std::vector<at::Tensor>> outs;
+        if (!out.empty()) outs.push_back(out);
+        c10::intrusive_ptr<c10d::Work> w;
+        if (everyone) {
+          w = gloo->allgather(outs, in);
+        } else {
+          c10d::GatherOptions o;
+          o.rootRank = r;
+          w = gloo->gather(outs, in, o);
+        }
+        w->wait();
+        return w;
+      };
+      for (size_t i = 0; i < out.size(); ++i) stage_out(call.outputs[i], out[i]);
+      results = out.empty() ? std::vector<at::Tensor>{} : call.outputs;
+      break;
+    }
+    case CallKind::kReduceScatterList: {
+      for (const auto& t : call.inputs) in.push_back(stage_in(t));
+      out.push_back(host_like(call.outputs.at(0)));
+      op = [gloo, in, out, reduction, premul]() mutable {
+        premul(in);
+        std::vector<std::vector<at::Tensor>> ins{in};
+        c10d::ReduceScatterOptions o;
+        o.reduceOp = gloo_op(reduction);
+        auto w = gloo->reduce_scatter(out, ins, o);
+        w->wait();
+        return w;
+      };
+      after = [out, avg] { avg(out); };
+      stage_out(call.outputs[0], out[0]);
+      results = call.outputs;
+      break;
+    }
+    case CallKind::kAllToAll: {
+      in.push_back(stage_in(call.inputs.at(0)));
+      out.push_back(host_like(call.outputs.at(0)));
+      std::vector<int64_t> out_splits = call.output_splits, in_splits = call.input_splits;
+      op = [gloo, in, out, out_splits, in_splits]() mutable {
+        c10d::AllToAllOptions o;
+        auto w = gloo->alltoall_base(out[0], in[0], out_splits, in_splits, o);
+        w->wait();
+        return w;
+      };
+      stage_out(call.outputs[0], out[0]);
+      results = call.outputs;
+      break;
+    }
+    case CallKind::kAllToAllList: {
+      for (const auto& t : call.inputs) in.push_back(stage_in(t));
+      for (const auto& t : call.outputs) out.push_back(host_like(t));
+      op = [gloo, in, out]() mutable {
+        c10d::AllToAllOptions o;
+        auto w = gloo->alltoall(out, in, o);
+        w->wait();
+        return w;
+      };
+      for (size_t i = 0; i < out.size(); ++i) stage_out(call.outputs[i], out[i]);
+      results = call.outputs;
+      break;
+    }
+    case CallKind::kScatter: {
+      if (root) {
+        for (const auto& t : call.inputs) in.push_back(stage_in(t));
+      }
+      out.push_back(host_like(call.outputs.at(0)));
+      int64_t r = call.root;
+      op = [gloo, in, out, r]() mutable {
+        std::vector<std::vector<at::Tensor>> ins;
+        if (!in.empty()) ins.push_back(in);
+        c10d::ScatterOptions o;
+        o.rootRank = r;
+        auto w = gloo->scatter(out, ins, o);
+        w->wait();
+        return w;
+      };
+      stage_out(call.outputs[0], out[0]);
+      results = call.outputs;
+      break;
+    }
+    case CallKind::kSend: {
+      in.push_back(stage_in(call.inputs.at(0)));
+      int peer = static_cast<int>(call.root), tag = static_cast<int>(call.tag);
+      op = [gloo, in, peer, tag]() mutable {
+        auto w = gloo->send(in, peer, tag);
+        w->wait();
+        return w;
+      };
+      break;
+    }
+    case CallKind::kRecv: {
+      out.push_back(host_like(call.outputs.at(0)));
+      int peer = static_cast<int>(call.root), tag = static_cast<int>(call.tag);
+      op = [gloo, out, peer, tag]() mutable {
+        auto w = gloo->recv(out, peer, tag);
+        w->wait();
+        return w;
+      };
+      stage_out(call.outputs[0], out[0]);
+      results = call.outputs;
+      break;
+    }
+    case CallKind::kBarrier: {
+      op = [gloo]() {
+        auto w = gloo->barrier();
+        w->wait();
+        return w;
+      };
+      break;
+    }
+  }
+
+  // The results' device buffers take their place now; the worker fills them.
+  for (auto& [device_tensor, host] : outputs) {
+    if (device_tensor.numel() == 0) continue;
+    pjrt::PendingBuffer pending = pjrt::PendingBuffer::create(
+        client, client->device(device_tensor.device().index()),
+        ops::to_element_type(device_tensor.scalar_type()),
+        std::vector<int64_t>(device_tensor.sizes().begin(), device_tensor.sizes().end()));
+    backend::write_tensor(device_tensor, std::make_shared<pjrt::Buffer>(pending.take_buffer()));
+    staged->pending.push_back(std::move(pending));
+    staged->fill_from.push_back(host);
+  }
+
+  auto work = c10::make_intrusive<TpuWork>(rank_, type, call.label(), results, timeout);
+  bool check = call.kind != CallKind::kSend && call.kind != CallKind::kRecv;
+  CollectiveCall::Signature signature = call.signature();
+  std::string label = call.label();
+  std::string where = "tpu backend (host transport, rank " + std::to_string(rank_) + " of " +
+                      std::to_string(size_) + "): " + label;
+  enqueue([staged, work, op, after, gloo, check, signature, where, size]() {
+    try {
+      for (auto& e : staged->reads) e.await("device-to-host copy");
+      if (check) {
+        // Every rank's signature, so a mismatch is an error on all ranks
+        // instead of gloo waiting for bytes that never come.
+        at::Tensor mine = at::tensor(std::vector<int64_t>(signature.begin(), signature.end()));
+        std::vector<at::Tensor> theirs;
+        for (int r = 0; r < size; ++r) theirs.push_back(at::empty_like(mine));
+        std::vector<std::vector<at::Tensor>> gathered{theirs};
+        std::vector<at::Tensor> input{mine};
+        gloo->allgather(gathered, input)->wait();
+        bool agree = true;
+        for (const auto& t : theirs) agree = agree && at::equal(t, mine);
+        if (!agree) {
+          std::string why = "the ranks called different collectives:";
+          for (int r = 0; r < size; ++r) {
+            CollectiveCall::Signature s;
+            for (size_t k = 0; k < s.size(); ++k) s[k] = theirs[r][k].item<int64_t>();
+            why += " rank " + std::to_string(r) + " called " + describe_signature(s) + ";";
+          }
+          why.pop_back();
+          throw std::runtime_error(why);
+        }
+      }
+      op();
+      if (after) after();
+      std::vector<pjrt::Event> fills;
+      for (size_t i = 0; i < staged->pending.size(); ++i) {
+        const at::Tensor& h = staged->fill_from[i];
+        fills.push_back(staged->pending[i].fill(h.data_ptr(), h.nbytes()));
+      }
+      for (auto& e : fills) e.await("host-to-device copy");
+      work->complete();
+    } catch (const std::exception& e) {
+      std::string message = where + " failed: " + message_of(e);
+      for (auto& p : staged->pending) {
+        try {
+          p.fail(pjrt::ErrorCode::kAborted, message);
+        } catch (...) {
+        }
+      }
+      work->fail(backend_error(message));
+    }
+  });
+  return work;
+}
+
+}  // namespace torch_pjrt::distributed
