@@ -73,6 +73,39 @@ std::vector<at::Tensor> expand_mask(const at::Tensor& mask) {
   return out;
 }
 
+// x[mask] = v, with one boolean mask over the leading dims and one value, is
+// a masked fill: no host read of the mask, no program whose shape depends
+// on how many elements it selects (vocabulary-parallel embeddings do this
+// on every step).
+std::optional<at::Tensor> index_put_as_masked_fill(const std::string& op,
+                                                   const std::vector<c10::IValue>& args) {
+  bool in_place = op == "aten::index_put_" || op == "aten::_index_put_impl_";
+  if (!in_place && op != "aten::index_put") return std::nullopt;
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& values = args[2].toTensor();
+  if (args[3].toBool() || !args[1].isList()) return std::nullopt;
+  auto list = args[1].toListRef();
+  if (list.size() != 1 || list[0].isNone() || !list[0].toTensor().defined()) return std::nullopt;
+  at::Tensor mask = list[0].toTensor();
+  if (mask.scalar_type() != at::kBool || mask.dim() > self.dim() || values.numel() != 1 ||
+      values.scalar_type() != self.scalar_type() ||
+      !(values.is_privateuseone() || (values.is_cpu() && values.dim() == 0)) ||
+      mask.sizes() != self.sizes().slice(0, mask.dim())) {
+    return std::nullopt;
+  }
+  if (!mask.is_privateuseone()) mask = mask.to(self.device());
+  std::vector<int64_t> shape(mask.sizes().begin(), mask.sizes().end());
+  shape.resize(self.dim(), 1);
+  at::Tensor full = mask.reshape(shape);
+  at::Tensor target = in_place ? self : self.clone();
+  if (values.is_cpu()) {
+    target.masked_fill_(full, values.item());  // a host number: no device read
+  } else {
+    target.masked_fill_(full, values.reshape({}));
+  }
+  return target;
+}
+
 bool is_scalar_schema(const c10::TypePtr& type) {
   c10::TypePtr t = type;
   if (auto opt = t->castRaw<c10::OptionalType>()) t = opt->getElementType();
@@ -346,6 +379,10 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
   size_t nargs = schema.arguments().size();
   std::vector<c10::IValue> args(stack->end() - nargs, stack->end());
   torch::jit::drop(*stack, nargs);
+  if (std::optional<at::Tensor> filled = index_put_as_masked_fill(op, args)) {
+    torch::jit::push(*stack, *filled);
+    return;
+  }
 
   PreparedCall call = prepare(op, *lowering, schema, args, shape.functional_args);
   // In-place and out= results are converted in the program to their

@@ -14,11 +14,19 @@ int64_t total_numel(const std::vector<at::Tensor>& ts) {
   return n;
 }
 
+}  // namespace
+
+std::string dtype_name(c10::ScalarType dtype) {
+  return "torch." + std::string(c10::getDtypeNames(dtype).first);
+}
+
+namespace {
+
 std::string shapes_of(const std::vector<at::Tensor>& ts) {
   std::ostringstream out;
   for (size_t i = 0; i < ts.size(); ++i) {
     if (i) out << ", ";
-    out << c10::toString(ts[i].scalar_type()) << ts[i].sizes();
+    out << dtype_name(ts[i].scalar_type()) << ts[i].sizes();
   }
   return out.str();
 }
@@ -90,7 +98,7 @@ std::string describe_signature(const CollectiveCall::Signature& s) {
   out << call_name(static_cast<CallKind>(s[0]));
   if (s[2] >= 0) out << "(" << hlo::reduction_name(static_cast<hlo::Reduction>(s[2])) << ")";
   if (s[3] >= 0) out << "(root " << s[3] << ")";
-  if (s[1] >= 0) out << " of " << c10::toString(static_cast<c10::ScalarType>(s[1]));
+  if (s[1] >= 0) out << " of " << dtype_name(static_cast<c10::ScalarType>(s[1]));
   if (s[4] >= 0) out << " with " << s[4] << " element(s)";
   if (s[5] > 1) out << " in " << s[5] << " tensors";
   return out.str();
@@ -120,8 +128,8 @@ hlo::Reduction reduction_of(const c10d::ReduceOp& op, c10::ScalarType dtype, con
   bool is_bool = dtype == c10::kBool;
   bool integral = c10::isIntegralType(dtype, /*includeBool=*/true);
   auto unsupported = [&](const char* why) {
-    TORCH_CHECK(false, "tpu backend: ", op_name, " cannot use ReduceOp.", why, " with ", dtype,
-                " tensors");
+    TORCH_CHECK(false, "tpu backend: ", op_name, " cannot use ReduceOp.", why, " with ",
+                dtype_name(dtype), " tensors");
   };
   switch (op.op_) {
     case c10d::ReduceOp::SUM: return hlo::Reduction::kSum;

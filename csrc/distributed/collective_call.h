@@ -57,6 +57,9 @@ struct CollectiveCall {
   std::string label() const;
 };
 
+// "torch.float32", as Python spells a dtype.
+std::string dtype_name(c10::ScalarType dtype);
+
 // Reads a signature back as words for an error message.
 std::string describe_signature(const CollectiveCall::Signature& s);
 

@@ -19,6 +19,8 @@ std::string message_of(const std::exception& e) {
 }
 
 // Everything one call keeps alive between the caller and the worker.
+using Works = std::vector<c10::intrusive_ptr<c10d::Work>>;
+
 struct Staged {
   std::vector<BufferPtr> sources;     // device buffers being copied to the host
   std::vector<pjrt::Event> reads;     // those copies
@@ -49,38 +51,9 @@ void average(at::Tensor& t, int size) {
 }  // namespace
 
 HostTransport::HostTransport(c10::intrusive_ptr<c10d::Backend> host, int rank, int size)
-    : host_(std::move(host)), rank_(rank), size_(size), worker_([this] { loop(); }) {}
+    : host_(std::move(host)), rank_(rank), size_(size) {}
 
-HostTransport::~HostTransport() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  worker_.join();
-}
-
-void HostTransport::enqueue(std::function<void()> job) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    jobs_.push_back(std::move(job));
-  }
-  cv_.notify_all();
-}
-
-void HostTransport::loop() {
-  while (true) {
-    std::function<void()> job;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stopping, and everything queued has run
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    job();  // never throws: each job turns its errors into the Work's
-  }
-}
+HostTransport::~HostTransport() = default;
 
 c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpType type,
                                                std::chrono::milliseconds timeout) {
@@ -104,7 +77,7 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
 
   const c10::intrusive_ptr<c10d::Backend> gloo = host_;
   std::vector<at::Tensor> in, out, results;
-  std::function<c10::intrusive_ptr<c10d::Work>()> op;
+  std::function<Works()> op;
   std::function<void()> after;
   bool root = rank_ == call.root;
   int size = size_;
@@ -129,22 +102,21 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
       int64_t r = call.root;
       op = [gloo, in, reduction, all, r, premul]() mutable {
         premul(in);
-        c10::intrusive_ptr<c10d::Work> last;
+        Works works;
         for (auto& t : in) {
           std::vector<at::Tensor> one{t};
           if (all) {
             c10d::AllreduceOptions o;
             o.reduceOp = gloo_op(reduction);
-            last = gloo->allreduce(one, o);
+            works.push_back(gloo->allreduce(one, o));
           } else {
             c10d::ReduceOptions o;
             o.reduceOp = gloo_op(reduction);
             o.rootRank = r;
-            last = gloo->reduce(one, o);
+            works.push_back(gloo->reduce(one, o));
           }
-          last->wait();
         }
-        return last;
+        return works;
       };
       after = [in, avg] { avg(in); };
       if (all || root) {
@@ -157,15 +129,14 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
       for (const auto& t : call.inputs) in.push_back(root ? stage_in(t) : host_like(t));
       int64_t r = call.root;
       op = [gloo, in, r]() mutable {
-        c10::intrusive_ptr<c10d::Work> last;
+        Works works;
         for (auto& t : in) {
           std::vector<at::Tensor> one{t};
           c10d::BroadcastOptions o;
           o.rootRank = r;
-          last = gloo->broadcast(one, o);
-          last->wait();
+          works.push_back(gloo->broadcast(one, o));
         }
-        return last;
+        return works;
       };
       if (!root) {
         for (size_t i = 0; i < in.size(); ++i) stage_out(call.inputs[i], in[i]);
@@ -182,19 +153,18 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
       }
       op = [gloo, in, out, gather, reduction, premul]() mutable {
         if (!gather) premul(in);
-        c10::intrusive_ptr<c10d::Work> last;
+        Works works;
         for (size_t i = 0; i < in.size(); ++i) {
           at::Tensor o = out[i].view({-1}), x = in[i].view({-1});
           if (gather) {
-            last = gloo->_allgather_base(o, x);
+            works.push_back(gloo->_allgather_base(o, x));
           } else {
             c10d::ReduceScatterOptions opts;
             opts.reduceOp = gloo_op(reduction);
-            last = gloo->_reduce_scatter_base(o, x, opts);
+            works.push_back(gloo->_reduce_scatter_base(o, x, opts));
           }
-          last->wait();
         }
-        return last;
+        return works;
       };
       if (!gather) after = [out, avg] { avg(out); };
       for (size_t i = 0; i < out.size(); ++i) stage_out(call.outputs[i], out[i]);
@@ -212,16 +182,10 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
       op = [gloo, in, out, everyone, r]() mutable {
         std::vector<std::vector<at::Tensor>> outs;
         if (!out.empty()) outs.push_back(out);
-        c10::intrusive_ptr<c10d::Work> w;
-        if (everyone) {
-          w = gloo->allgather(outs, in);
-        } else {
-          c10d::GatherOptions o;
-          o.rootRank = r;
-          w = gloo->gather(outs, in, o);
-        }
-        w->wait();
-        return w;
+        if (everyone) return Works{gloo->allgather(outs, in)};
+        c10d::GatherOptions o;
+        o.rootRank = r;
+        return Works{gloo->gather(outs, in, o)};
       };
       for (size_t i = 0; i < out.size(); ++i) stage_out(call.outputs[i], out[i]);
       results = out.empty() ? std::vector<at::Tensor>{} : call.outputs;
@@ -235,9 +199,7 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
         std::vector<std::vector<at::Tensor>> ins{in};
         c10d::ReduceScatterOptions o;
         o.reduceOp = gloo_op(reduction);
-        auto w = gloo->reduce_scatter(out, ins, o);
-        w->wait();
-        return w;
+        return Works{gloo->reduce_scatter(out, ins, o)};
       };
       after = [out, avg] { avg(out); };
       stage_out(call.outputs[0], out[0]);
@@ -250,22 +212,33 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
       std::vector<int64_t> out_splits = call.output_splits, in_splits = call.input_splits;
       op = [gloo, in, out, out_splits, in_splits]() mutable {
         c10d::AllToAllOptions o;
-        auto w = gloo->alltoall_base(out[0], in[0], out_splits, in_splits, o);
-        w->wait();
-        return w;
+        return Works{gloo->alltoall_base(out[0], in[0], out_splits, in_splits, o)};
       };
       stage_out(call.outputs[0], out[0]);
       results = call.outputs;
       break;
     }
     case CallKind::kAllToAllList: {
+      // gloo's list form needs equal sizes; one flat exchange with split
+      // sizes serves any, and each output is a slice of its result.
       for (const auto& t : call.inputs) in.push_back(stage_in(t));
-      for (const auto& t : call.outputs) out.push_back(host_like(t));
-      op = [gloo, in, out]() mutable {
+      std::vector<int64_t> in_splits, out_splits;
+      for (const auto& t : call.inputs) in_splits.push_back(t.numel());
+      for (const auto& t : call.outputs) out_splits.push_back(t.numel());
+      int64_t total = 0;
+      for (int64_t n : out_splits) total += n;
+      at::Tensor received = at::empty({total}, call.outputs.at(0).options().device(at::kCPU));
+      int64_t offset = 0;
+      for (const auto& t : call.outputs) {
+        out.push_back(received.narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
+      }
+      op = [gloo, in, received, out_splits, in_splits]() mutable {
+        std::vector<at::Tensor> flats;
+        for (const auto& t : in) flats.push_back(t.reshape({-1}));
+        at::Tensor sent = at::cat(flats);
         c10d::AllToAllOptions o;
-        auto w = gloo->alltoall(out, in, o);
-        w->wait();
-        return w;
+        return Works{gloo->alltoall_base(received, sent, out_splits, in_splits, o)};
       };
       for (size_t i = 0; i < out.size(); ++i) stage_out(call.outputs[i], out[i]);
       results = call.outputs;
@@ -282,9 +255,7 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
         if (!in.empty()) ins.push_back(in);
         c10d::ScatterOptions o;
         o.rootRank = r;
-        auto w = gloo->scatter(out, ins, o);
-        w->wait();
-        return w;
+        return Works{gloo->scatter(out, ins, o)};
       };
       stage_out(call.outputs[0], out[0]);
       results = call.outputs;
@@ -294,9 +265,7 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
       in.push_back(stage_in(call.inputs.at(0)));
       int peer = static_cast<int>(call.root), tag = static_cast<int>(call.tag);
       op = [gloo, in, peer, tag]() mutable {
-        auto w = gloo->send(in, peer, tag);
-        w->wait();
-        return w;
+        return Works{gloo->send(in, peer, tag)};
       };
       break;
     }
@@ -304,9 +273,7 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
       out.push_back(host_like(call.outputs.at(0)));
       int peer = static_cast<int>(call.root), tag = static_cast<int>(call.tag);
       op = [gloo, out, peer, tag]() mutable {
-        auto w = gloo->recv(out, peer, tag);
-        w->wait();
-        return w;
+        return Works{gloo->recv(out, peer, tag)};
       };
       stage_out(call.outputs[0], out[0]);
       results = call.outputs;
@@ -314,9 +281,7 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
     }
     case CallKind::kBarrier: {
       op = [gloo]() {
-        auto w = gloo->barrier();
-        w->wait();
-        return w;
+        return Works{gloo->barrier()};
       };
       break;
     }
@@ -340,7 +305,19 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
   std::string label = call.label();
   std::string where = "tpu backend (host transport, rank " + std::to_string(rank_) + " of " +
                       std::to_string(size_) + "): " + label;
-  enqueue([staged, work, op, after, gloo, check, signature, where, size]() {
+  auto fail = [staged, work, where](const std::exception& e) {
+    std::string message = where + " failed: " + message_of(e);
+    for (auto& p : staged->pending) {
+      try {
+        p.fail(pjrt::ErrorCode::kAborted, message);
+      } catch (...) {
+      }
+    }
+    work->fail(backend_error(message));
+  };
+  SerialQueue* finishing = &finishing_;
+  starting_.push([staged, work, op, after, gloo, check, signature, size, fail, finishing]() {
+    Works works;
     try {
       for (auto& e : staged->reads) e.await("device-to-host copy");
       if (check) {
@@ -365,25 +342,26 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
           throw std::runtime_error(why);
         }
       }
-      op();
-      if (after) after();
-      std::vector<pjrt::Event> fills;
-      for (size_t i = 0; i < staged->pending.size(); ++i) {
-        const at::Tensor& h = staged->fill_from[i];
-        fills.push_back(staged->pending[i].fill(h.data_ptr(), h.nbytes()));
-      }
-      for (auto& e : fills) e.await("host-to-device copy");
-      work->complete();
+      works = op();
     } catch (const std::exception& e) {
-      std::string message = where + " failed: " + message_of(e);
-      for (auto& p : staged->pending) {
-        try {
-          p.fail(pjrt::ErrorCode::kAborted, message);
-        } catch (...) {
-        }
-      }
-      work->fail(backend_error(message));
+      fail(e);
+      return;
     }
+    finishing->push([staged, work, works, after, fail]() {
+      try {
+        for (const auto& w : works) w->wait();
+        if (after) after();
+        std::vector<pjrt::Event> fills;
+        for (size_t i = 0; i < staged->pending.size(); ++i) {
+          const at::Tensor& h = staged->fill_from[i];
+          fills.push_back(staged->pending[i].fill(h.data_ptr(), h.nbytes()));
+        }
+        for (auto& e : fills) e.await("host-to-device copy");
+        work->complete();
+      } catch (const std::exception& e) {
+        fail(e);
+      }
+    });
   });
   return work;
 }

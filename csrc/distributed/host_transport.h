@@ -3,23 +3,21 @@
 // copied device -> host once, the host tensors go through a gloo process
 // group, and each result is copied host -> device once.
 //
-// Nothing blocks the caller: the copies to the host start at once, the
+// Nothing blocks the caller: the copies to the host start at once, and the
 // results' device buffers are PendingBuffers written into the output tensors
-// right away (so later device work is ordered after the collective), and a
-// worker thread per group runs the host side in call order: wait for the
-// copies, check that all ranks called the same thing, run gloo, fill the
-// pending buffers. An error or a timeout fails the Work and the pending
-// buffers, so whoever waits or reads raises instead of hanging.
+// right away (so later device work is ordered after the collective). Two
+// threads per group do the host side in call order: one waits for the
+// copies, checks that all ranks called the same thing and starts the gloo
+// operation; the other waits for it to finish and fills the pending
+// buffers. Starting is not held up by finishing, so a send and a receive
+// posted by both sides of a ring both get under way. An error or a timeout
+// fails the Work and the pending buffers, so whoever waits or reads raises
+// instead of hanging.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
-#include <condition_variable>
-#include <deque>
-#include <functional>
-#include <mutex>
-#include <thread>
-
+#include "distributed/serial_queue.h"
 #include "distributed/transport.h"
 
 namespace torch_pjrt::distributed {
@@ -34,17 +32,13 @@ class HostTransport : public Transport {
   const c10::intrusive_ptr<c10d::Backend>& host() const { return host_; }
 
  private:
-  void enqueue(std::function<void()> job);
-  void loop();
-
   c10::intrusive_ptr<c10d::Backend> host_;
   int rank_;
   int size_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  std::thread worker_;
+  // Declared last: destroyed first, so their threads finish while the
+  // members their jobs use are alive. Finishing outlives starting.
+  SerialQueue finishing_;
+  SerialQueue starting_;
 };
 
 }  // namespace torch_pjrt::distributed

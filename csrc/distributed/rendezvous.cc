@@ -27,7 +27,7 @@ void Rendezvous::finish_meeting(const std::string& key, Meeting& m, const Action
   bool agree = true;
   for (const auto& a : m.arrivals) agree = agree && a->signature == first.signature;
   if (!agree) {
-    std::string why = key + ": the ranks called different collectives:";
+    std::string why = "the ranks called different collectives:";
     for (size_t i = 0; i < m.arrivals.size(); ++i) {
       why += " rank " + std::to_string(i) + " called " + m.arrivals[i]->description + ";";
     }
@@ -40,7 +40,7 @@ void Rendezvous::finish_meeting(const std::string& key, Meeting& m, const Action
   try {
     m.results = action(all);
   } catch (const std::exception& e) {
-    m.error = key + ": " + e.what();
+    m.error = e.what();
   }
 }
 
@@ -51,7 +51,7 @@ Rendezvous::Outcome Rendezvous::meet(const std::string& key, int participants, i
   Meeting& m = meetings_[key];
   if (m.arrivals.empty()) m.arrivals.resize(participants);
   if (m.arrivals[index].has_value()) {
-    throw MeetingError(key + ": rank " + std::to_string(index) + " arrived twice");
+    throw MeetingError("rank " + std::to_string(index) + " arrived twice at " + key);
   }
   m.arrivals[index] = std::move(mine);
   m.arrived++;
@@ -68,7 +68,7 @@ Rendezvous::Outcome Rendezvous::meet(const std::string& key, int participants, i
         if (!m.arrivals[i].has_value()) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
       }
       m.done = true;
-      m.error = key + ": timed out after " + std::to_string(timeout.count()) +
+      m.error = "timed out after " + std::to_string(timeout.count()) +
                 " ms waiting for rank(s) " + missing + " (rank " + std::to_string(index) +
                 " called " + m.arrivals[index]->description + ")";
       cv_.notify_all();

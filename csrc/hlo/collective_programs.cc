@@ -105,6 +105,69 @@ std::vector<Value> broadcast_by_gather(Builder& b, const std::vector<Value>& xs,
   return out;
 }
 
+// XLA's all-reduce takes the usual arithmetic (add, multiply, min, max) but
+// not every backend takes bitwise combiners (XLA:CPU refuses them): those
+// gather every replica's values and reduce them in the program, which is
+// exact on any backend.
+bool bitwise(Reduction op) {
+  return op == Reduction::kBitAnd || op == Reduction::kBitOr || op == Reduction::kBitXor;
+}
+
+// Booleans travel as u8: "any" is max, "all" is min.
+Reduction bool_reduction(Reduction op) {
+  switch (op) {
+    case Reduction::kProduct:
+    case Reduction::kMin:
+    case Reduction::kBitAnd:
+      return Reduction::kMin;
+    default:
+      return Reduction::kMax;
+  }
+}
+
+// Combines `xs` across the group; with `scatter`, each replica keeps its
+// block of the result (reduce-scatter).
+std::vector<Value> reduce_across(Builder& b, const std::vector<Value>& xs,
+                                 const CollectiveSpec& spec, bool scatter) {
+  Builder::ReplicaGroups group = whole_group(spec.group_size);
+  Reduction op = spec.reduction;
+  if (is_pred(spec.type) && op != Reduction::kBitXor) {
+    std::vector<Value> bytes;
+    for (Value x : xs) bytes.push_back(b.convert(x, ElementType::kU8));
+    CollectiveSpec as_bytes = spec;
+    as_bytes.type = ElementType::kU8;
+    as_bytes.reduction = bool_reduction(op);
+    std::vector<Value> out;
+    for (Value y : reduce_across(b, bytes, as_bytes, scatter)) {
+      out.push_back(b.compare(y, b.splat(b.constant_int(0, ElementType::kU8), b.dims(y)), Compare::kNe));
+    }
+    return out;
+  }
+  std::vector<Value> out;
+  if (!bitwise(op)) {
+    RegionFn combine = combiner(op, spec.type);
+    if (!scatter) return b.all_reduce(xs, group, combine);
+    for (Value x : xs) out.push_back(b.reduce_scatter(x, 0, group, combine));
+    return out;
+  }
+  // Bitwise: gather [group, n], reduce over the group dim, keep a block.
+  for (Value x : xs) {
+    int64_t n = b.dims(x)[0];
+    Value all = b.reshape(b.all_gather(x, 0, group), {spec.group_size, n});
+    Value zero = b.constant_int(0, spec.type);
+    Value identity = op == Reduction::kBitAnd ? b.unary("not", zero) : zero;  // all ones for AND
+    Value y = b.reduce({all}, {identity}, {0}, combiner(op, spec.type))[0];
+    if (scatter) {
+      int64_t block = n / spec.group_size;
+      Value start = b.binary("multiply", b.convert(b.replica_id(), ElementType::kS64),
+                             b.constant_int(block, ElementType::kS64));
+      y = b.dynamic_slice(y, {start}, {block});
+    }
+    out.push_back(y);
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* collective_name(Collective kind) {
@@ -210,14 +273,13 @@ void build_collective_program(Builder& b, const CollectiveSpec& spec) {
     for (Value& x : xs) x = b.binary("multiply", x, b.splat(factor, b.dims(x)));
   }
   Builder::ReplicaGroups group = whole_group(spec.group_size);
-  RegionFn combine = combiner(spec.reduction, spec.type);
   std::vector<Value> out;
   switch (spec.kind) {
     case Collective::kAllReduce:
-      out = b.all_reduce(xs, group, combine);
+      out = reduce_across(b, xs, spec, /*scatter=*/false);
       break;
     case Collective::kReduceScatter:
-      for (Value x : xs) out.push_back(b.reduce_scatter(x, 0, group, combine));
+      out = reduce_across(b, xs, spec, /*scatter=*/true);
       break;
     case Collective::kBroadcast:
       out = is_complex(spec.type) ? broadcast_by_gather(b, xs, spec) : broadcast_by_sum(b, xs, spec);

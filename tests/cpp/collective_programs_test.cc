@@ -163,6 +163,35 @@ TEST(CollectivePrograms, IntegerAndBoolReductions) {
   EXPECT_TRUE(out[2]);
 }
 
+// Runs an s32 collective on two devices; returns rank `who`'s output.
+std::vector<int32_t> run_s32(CollectiveSpec spec, std::vector<std::vector<int32_t>> in, int who) {
+  spec.type = ElementType::kS32;
+  Compiled c = compile(spec);
+  auto devices = c.exe->addressable_devices();
+  std::vector<Buffer> bufs;
+  for (int r = 0; r < 2; ++r) {
+    bufs.push_back(Buffer::from_host(c.client, devices[r], in[r].data(), pjrt::ElementType::kS32,
+                                     {static_cast<int64_t>(in[r].size())}));
+  }
+  auto res = c.exe->execute_all({{&bufs[0]}, {&bufs[1]}});
+  std::vector<int32_t> out(res[who].outputs[0].element_count());
+  res[who].outputs[0].to_host(out.data(), out.size() * 4);
+  return out;
+}
+
+TEST(CollectivePrograms, BitwiseReductionsGatherAndReduceInProgram) {
+  std::vector<std::vector<int32_t>> in = {{0b1100, -1, 5, 0}, {0b1010, 7, 3, 9}};
+  EXPECT_EQ(run_s32(spec_of(Collective::kAllReduce, 2, {4}, Reduction::kBitAnd), in, 1),
+            (std::vector<int32_t>{0b1000, 7, 1, 0}));
+  EXPECT_EQ(run_s32(spec_of(Collective::kAllReduce, 2, {4}, Reduction::kBitOr), in, 0),
+            (std::vector<int32_t>{0b1110, -1, 7, 9}));
+  EXPECT_EQ(run_s32(spec_of(Collective::kAllReduce, 2, {4}, Reduction::kBitXor), in, 0),
+            (std::vector<int32_t>{0b0110, -8, 6, 9}));
+  // Reduce-scatter keeps each rank's block of the result.
+  EXPECT_EQ(run_s32(spec_of(Collective::kReduceScatter, 2, {4}, Reduction::kBitOr), in, 1),
+            (std::vector<int32_t>{7, 9}));
+}
+
 TEST(CollectivePrograms, UnsupportedSpecsSayWhy) {
   auto bitwise_float = spec_of(Collective::kAllReduce, 2, {4}, Reduction::kBitAnd);
   EXPECT_NE(bitwise_float.unsupported_reason().find("bitwise reductions need integer"),

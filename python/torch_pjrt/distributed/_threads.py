@@ -117,6 +117,7 @@ def run_threads(
         for t in threads:
             t.join()
     if errors:
-        rank, error, trace = errors[0]
-        raise RuntimeError(f"rank {rank} of {world_size} failed: {error}\n{trace}") from error
+        rank, error, _ = errors[0]
+        error.add_note(f"raised by rank {rank} of {world_size} (torch_pjrt.distributed.run_threads)")
+        raise error
     return results
