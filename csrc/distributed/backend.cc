@@ -72,30 +72,40 @@ c10::intrusive_ptr<TpuBackend> TpuBackend::create(const c10::intrusive_ptr<c10d:
     }
     transport = std::make_unique<HostTransport>(std::move(host), rank, size);
   }
-  return c10::make_intrusive<TpuBackend>(rank, size, timeout, std::move(transport),
+  return c10::make_intrusive<TpuBackend>(store, rank, size, timeout, std::move(transport),
                                          std::move(make_host));
 }
 
-TpuBackend::TpuBackend(int rank, int size, std::chrono::milliseconds timeout,
-                       std::unique_ptr<Transport> transport, HostFactory make_host)
+TpuBackend::TpuBackend(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                       std::chrono::milliseconds timeout, std::unique_ptr<Transport> transport,
+                       HostFactory make_host)
     : c10d::Backend(rank, size),
+      store_(std::move(store)),
       options_(c10::make_intrusive<Options>("tpu", timeout)),
       transport_(std::move(transport)),
       make_host_(std::move(make_host)) {
   init();
 }
 
-c10::intrusive_ptr<c10d::Backend> TpuBackend::split(const c10::intrusive_ptr<c10d::Store>& store,
+c10::intrusive_ptr<c10d::Backend> TpuBackend::split(const c10::intrusive_ptr<c10d::Store>&,
                                                     const std::vector<int>& ranks,
                                                     const c10::intrusive_ptr<Options>& opts) {
+  // Every rank of this group calls split once per split_group, members or
+  // not, so a count of splits names the new group alike on all its ranks.
+  // The store torch passes is named after the new group, and torch's name
+  // counts the groups each rank has joined, which differs between ranks
+  // once a subgroup has excluded some: meeting there could wait forever.
+  uint64_t k = splits_++;
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
   auto it = std::find(sorted.begin(), sorted.end(), getRank());
   if (it == sorted.end()) return nullptr;  // not a member of the new group
+  std::string prefix = "torch_pjrt/split" + std::to_string(k);
+  for (int r : sorted) prefix += "_" + std::to_string(r);
+  auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
   std::chrono::milliseconds timeout = opts ? opts->timeout : options_->timeout;
-  auto created = create(store, static_cast<int>(it - sorted.begin()),
-                        static_cast<int>(sorted.size()), timeout, make_host_);
-  return created;
+  return create(store, static_cast<int>(it - sorted.begin()), static_cast<int>(sorted.size()),
+                timeout, make_host_);
 }
 
 std::chrono::milliseconds TpuBackend::timeout_or_default(std::chrono::milliseconds t) const {

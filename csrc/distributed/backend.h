@@ -7,6 +7,7 @@
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -34,8 +35,9 @@ class TpuBackend final : public c10d::Backend {
                                                std::chrono::milliseconds timeout,
                                                HostFactory make_host);
 
-  TpuBackend(int rank, int size, std::chrono::milliseconds timeout,
-             std::unique_ptr<Transport> transport, HostFactory make_host);
+  TpuBackend(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+             std::chrono::milliseconds timeout, std::unique_ptr<Transport> transport,
+             HostFactory make_host);
 
   const std::string getBackendName() const override { return "tpu"; }
   c10::intrusive_ptr<Options> getBackendOptions() override { return options_; }
@@ -101,8 +103,10 @@ class TpuBackend final : public c10d::Backend {
   hlo::Reduction reduction(const c10d::ReduceOp& op, const std::vector<at::Tensor>& tensors,
                            const char* name, double* factor) const;
 
+  c10::intrusive_ptr<c10d::Store> store_;  // this group's own keys
   c10::intrusive_ptr<Options> options_;
   std::unique_ptr<Transport> transport_;
+  uint64_t splits_ = 0;
   HostFactory make_host_;
   std::mutex mutex_;  // calls of one rank are numbered and issued in order
   uint64_t seq_ = 0;

@@ -23,6 +23,10 @@ void init_bindings(py::module& parent) {
            "process, otherwise the host transport built by make_host(store, rank, size, timeout).")
       .def_property_readonly("transport", &TpuBackend::transport_name,
                              "'xla' (collective programs) or 'host' (device -> host -> gloo)")
+      // split_group deep-copies the parent's `options` when none are given;
+      // c10d's generic Options cannot be deep-copied in Python, and None
+      // makes ProcessGroup::splitGroup clone them in C++ instead.
+      .def_property_readonly("options", [](TpuBackend&) { return py::none(); })
       // Ranks outside a new group call this on the parent when groups are
       // split from a bound device; joining needs nothing from them.
       .def("perform_nocolor_split", [](TpuBackend&, const at::Device&) {});

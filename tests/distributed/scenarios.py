@@ -405,6 +405,7 @@ def run(names: list[str], rank: int, world: int, out: str) -> dict[str, Any]:
             results[name] = SCENARIOS[name](ctx)
         except Exception as error:  # reported per scenario; the others still run
             results[name] = {"error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc()}
+            print(f"rank {rank}: scenario {name} failed:\n{results[name]['trace']}", file=sys.stderr, flush=True)
     return results
 
 

@@ -5,6 +5,8 @@ exactly the same code)."""
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import transformers
 
@@ -22,9 +24,15 @@ def config() -> transformers.LlamaConfig:
     )
 
 
+# torch's CPU generator is one per process: ranks that are threads build
+# their models one at a time, so each draws the same weights.
+_init_lock = threading.Lock()
+
+
 def tiny_llama() -> transformers.LlamaForCausalLM:
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config())
+    with _init_lock:
+        torch.manual_seed(0)
+        return transformers.LlamaForCausalLM(config())
 
 
 def batches(steps: int = STEPS, batch: int = BATCH, seq: int = SEQ) -> list[torch.Tensor]:

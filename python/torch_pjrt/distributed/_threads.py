@@ -59,10 +59,25 @@ def _threaded_world():
         # The autograd engine would run a rank's backward on a device thread
         # that does not see the rank's groups.
         multithreading = torch.autograd.set_multithreading_enabled(False)
+        # DTensor's sharding propagation enters a FakeTensorMode; torch asks
+        # threaded runs to serialize it.
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+        fake_lock = ShardingPropagator._fake_mode_lock
+        ShardingPropagator._fake_mode_lock = threading.Lock()
+        # Fake tensors made on device "tpu" take the current device of the
+        # thread that makes them; the fake-tensor cache, one per process,
+        # would hand one rank's device to another.
+        import torch._dynamo.config as dynamo_config
+
+        fake_cache = dynamo_config.fake_tensor_cache_enabled
+        dynamo_config.fake_tensor_cache_enabled = False
     try:
         yield
     finally:
         with _install_lock:
+            ShardingPropagator._fake_mode_lock = fake_lock
+            dynamo_config.fake_tensor_cache_enabled = fake_cache
             multithreading.__exit__(None, None, None)
             torch._C._distributed_c10d._set_thread_isolation_mode(False)
             c10d._world = previous
