@@ -131,6 +131,7 @@ py::dict counters() {
   out["executions"] = c.executions.load();
   out["host_to_device_bytes"] = c.host_to_device_bytes.load();
   out["device_to_host_bytes"] = c.device_to_host_bytes.load();
+  out["device_to_device_bytes"] = c.device_to_device_bytes.load();
   py::dict fallbacks, reasons;
   for (const auto& [name, count] : fallback_counts()) fallbacks[py::str(name)] = count;
   for (const auto& [why, count] : recompile_reasons()) reasons[py::str(why)] = count;

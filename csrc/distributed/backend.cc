@@ -122,6 +122,7 @@ hlo::Reduction TpuBackend::reduction(const c10d::ReduceOp& op,
 c10::intrusive_ptr<c10d::Work> TpuBackend::run(CollectiveCall call, c10d::OpType type,
                                                std::chrono::milliseconds timeout) {
   check_call(call, getRank(), getSize());
+  count_call(call);
   std::lock_guard<std::mutex> lock(mutex_);
   if (call.kind != CallKind::kSend && call.kind != CallKind::kRecv) call.seq = seq_++;
   return transport_->run(call, type, timeout_or_default(timeout));

@@ -30,6 +30,14 @@ void init_bindings(py::module& parent) {
       // Ranks outside a new group call this on the parent when groups are
       // split from a bound device; joining needs nothing from them.
       .def("perform_nocolor_split", [](TpuBackend&, const at::Device&) {});
+  m.def("counters", [] {
+    py::dict out, calls;
+    for (const auto& [name, n] : call_counts()) calls[py::str(name)] = n;
+    out["calls"] = calls;
+    out["bytes"] = call_bytes();
+    return out;
+  });
+  m.def("reset_counters", &reset_call_counts);
 }
 
 }  // namespace torch_pjrt::distributed

@@ -2,6 +2,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <sstream>
 
@@ -283,6 +286,33 @@ void check_call(const CollectiveCall& call, int rank, int size) {
     default:
       break;
   }
+}
+
+namespace {
+std::mutex counts_mutex;
+std::map<std::string, int64_t> counts;
+std::atomic<int64_t> bytes{0};
+}  // namespace
+
+void count_call(const CollectiveCall& call) {
+  int64_t n = 0;
+  for (const auto& t : call.inputs) n += static_cast<int64_t>(t.nbytes());
+  bytes += n;
+  std::lock_guard<std::mutex> lock(counts_mutex);
+  counts[call_name(call.kind)]++;
+}
+
+std::vector<std::pair<std::string, int64_t>> call_counts() {
+  std::lock_guard<std::mutex> lock(counts_mutex);
+  return {counts.begin(), counts.end()};
+}
+
+int64_t call_bytes() { return bytes.load(); }
+
+void reset_call_counts() {
+  std::lock_guard<std::mutex> lock(counts_mutex);
+  counts.clear();
+  bytes = 0;
 }
 
 }  // namespace torch_pjrt::distributed

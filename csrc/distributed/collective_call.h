@@ -74,4 +74,11 @@ hlo::Reduction reduction_of(const c10d::ReduceOp& op, c10::ScalarType dtype, con
 // the op, shapes and dtypes.
 void check_call(const CollectiveCall& call, int rank, int size);
 
+// Calls made on this process's tpu groups, by torch name, and the bytes
+// they contributed: metrics()["collectives"] and ["collective_bytes"].
+void count_call(const CollectiveCall& call);
+std::vector<std::pair<std::string, int64_t>> call_counts();
+int64_t call_bytes();
+void reset_call_counts();
+
 }  // namespace torch_pjrt::distributed

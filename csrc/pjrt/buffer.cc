@@ -150,6 +150,7 @@ Buffer Buffer::copy_to(const Device& device) const {
   args.dst_device = device.raw();
   const PJRT_Api* api = client_->api();
   check(api, api->PJRT_Buffer_CopyToDevice(&args), "PJRT_Buffer_CopyToDevice");
+  client_->counters().device_to_device_bytes += static_cast<int64_t>(byte_size());
   return Buffer(client_, args.dst_buffer);
 }
 

@@ -29,10 +29,12 @@ struct RuntimeCounters {
   std::atomic<int64_t> executions{0};
   std::atomic<int64_t> host_to_device_bytes{0};
   std::atomic<int64_t> device_to_host_bytes{0};
+  std::atomic<int64_t> device_to_device_bytes{0};
   void reset() {
     executions = 0;
     host_to_device_bytes = 0;
     device_to_host_bytes = 0;
+    device_to_device_bytes = 0;
   }
 };
 

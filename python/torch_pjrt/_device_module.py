@@ -8,6 +8,7 @@ dtypes, and Stream/Event objects that order work the way PJRT does.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -260,6 +261,9 @@ class Stream:
     def __hash__(self) -> int:
         return hash(self.device)
 
+    def __repr__(self) -> str:
+        return f"<torch.{_name()}.Stream device={self.device} priority={self.priority}>"
+
 
 class Event:
     """Marks a point in the device's work; timing waits for the work first."""
@@ -292,17 +296,42 @@ class Event:
         return (end_event._time - self._time) * 1000.0
 
 
+_current_streams = threading.local()
+
+
 def current_stream(device: Any = None) -> Stream:
-    return Stream(device)
+    """The stream set by `stream(...)` on this thread for `device`, else its default stream."""
+    index = _index(device)
+    streams = getattr(_current_streams, "by_device", {})
+    return streams.get(index) or Stream(index)
 
 
 def default_stream(device: Any = None) -> Stream:
     return Stream(device)
 
 
+def set_stream(s: Stream) -> None:
+    if not hasattr(_current_streams, "by_device"):
+        _current_streams.by_device = {}
+    _current_streams.by_device[s.device.index] = s
+
+
 @contextlib.contextmanager
 def stream(s: Stream | None):
-    yield s
+    """Makes `s` the current stream, and its device the current device, as
+    torch.cuda.stream does; both are restored on exit."""
+    if s is None:
+        yield s
+        return
+    previous_device = current_device()
+    previous_stream = current_stream(s.device.index)
+    set_device(s.device.index)
+    set_stream(s)
+    try:
+        yield s
+    finally:
+        set_stream(previous_stream)
+        set_device(previous_device)
 
 
 def _is_in_bad_fork() -> bool:

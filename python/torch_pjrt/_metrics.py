@@ -17,6 +17,10 @@ def metrics() -> dict[str, Any]:
         "fallback_ops": dict(counters.get("fallback_ops", {})),
         "host_to_device_bytes": counters.get("host_to_device_bytes", 0),
         "device_to_host_bytes": counters.get("device_to_host_bytes", 0),
+        "device_to_device_bytes": counters.get("device_to_device_bytes", 0),
+        # torch.distributed calls on tpu tensors: name -> count, and bytes sent.
+        "collectives": dict(_C._distributed.counters()["calls"]),
+        "collective_bytes": _C._distributed.counters()["bytes"],
         "recompile_reasons": dict(counters.get("recompile_reasons", {})),
         "host_syncs": counters.get("host_syncs", 0),
         "compile_seconds": counters.get("compile_seconds", 0.0),
@@ -34,4 +38,5 @@ def reset_metrics() -> None:
     from ._compile import reset_compile_counters
 
     _C._reset_counters()
+    _C._distributed.reset_counters()
     reset_compile_counters()
