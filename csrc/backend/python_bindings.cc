@@ -263,6 +263,21 @@ PYBIND11_MODULE(_C, m) {
     out["allocated_bytes.all.current"] = c.allocated.load();
     out["allocated_bytes.all.peak"] = c.peak.load();
     out["allocation.all.allocated"] = c.allocations.load();
+    // Nothing is cached: what is active or reserved is what is allocated.
+    for (const char* kind : {"active_bytes", "reserved_bytes"}) {
+      out[py::str(std::string(kind) + ".all.current")] = c.allocated.load();
+      out[py::str(std::string(kind) + ".all.peak")] = c.peak.load();
+    }
+    out["num_alloc_retries"] = 0;
+    out["num_ooms"] = 0;
+    // The plugin's own view, where it reports one (TPU and GPU plugins do).
+    if (runtime_initialized()) {
+      if (auto stats = runtime().client()->device(device).memory_stats()) {
+        out["bytes_in_use"] = stats->bytes_in_use;
+        if (stats->bytes_limit) out["bytes_limit"] = *stats->bytes_limit;
+        if (stats->peak_bytes_in_use) out["peak_bytes_in_use"] = *stats->peak_bytes_in_use;
+      }
+    }
     return out;
   });
   m.def("_reset_peak_memory", [](int device) {

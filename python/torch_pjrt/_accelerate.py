@@ -10,9 +10,16 @@ data loader would then deliver CPU batches to a model on the device.
 where accelerate would fall back to the CPU, it answers the current device
 of this backend. It patches nothing else: `cpu=True` (the Trainer's
 `use_cpu`) still selects the CPU, any device accelerate recognises first
-still wins, and `ACCELERATE_TORCH_DEVICE` still overrides everything. The
-patch is applied when `accelerate.state` is first imported (or at once if it
-already is), so importing torch_pjrt does not import accelerate.
+still wins, and `ACCELERATE_TORCH_DEVICE` still overrides everything. 
+It also wraps `accelerate.utils.modeling.get_max_memory`: asked without a
+budget (`device_map="auto"` alone), accelerate probes only the device kinds
+it knows and would place a whole model on the CPU; the wrapper answers each
+device of this backend's free memory (`torch.<device>.mem_get_info`) and the
+CPU's. Budgets given as `max_memory={0: "2GiB", 1: ...}` already work: an
+integer key is `torch.device(i)`, the current accelerator's device i.
+
+The patches are applied when their modules are first imported (or at once if
+they already are), so importing torch_pjrt does not import accelerate.
 """
 
 from __future__ import annotations
@@ -24,10 +31,47 @@ from typing import Optional
 
 import torch
 
-_TARGET = "accelerate.state"
+_STATE = "accelerate.state"
+_MODELING = "accelerate.utils.modeling"
+_TARGETS = (_STATE, _MODELING)
+
+
+def _ours(device_name: str) -> bool:
+    current = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    return current is not None and current.type == device_name
+
+
+def _patch_max_memory(module, device_name: str) -> None:
+    original = getattr(module, "get_max_memory", None)
+    if original is None or getattr(original, "_torch_pjrt", False):
+        return
+
+    def get_max_memory(max_memory=None):
+        if max_memory is not None or not _ours(device_name):
+            return original(max_memory)
+        import psutil
+
+        device_module = getattr(torch, device_name)
+        found = {i: device_module.mem_get_info(i)[0] for i in range(device_module.device_count())}
+        found["cpu"] = psutil.virtual_memory().available
+        return found
+
+    get_max_memory._torch_pjrt = True  # type: ignore[attr-defined]
+    get_max_memory.__doc__ = original.__doc__
+    get_max_memory.__wrapped__ = original  # type: ignore[attr-defined]
+    module.get_max_memory = get_max_memory
+    # Modules that imported the name before the patch hold the original.
+    for name, attr in (("accelerate.utils", "get_max_memory"),
+                       ("transformers.integrations.accelerate", "accelerate_max_memory")):
+        other = sys.modules.get(name)
+        if other is not None and getattr(other, attr, None) is original:
+            setattr(other, attr, get_max_memory)
 
 
 def _patch(module, device_name: str) -> None:
+    if module.__name__ == _MODELING:
+        _patch_max_memory(module, device_name)
+        return
     cls = getattr(module, "PartialState", None)
     prop = getattr(cls, "default_device", None) if cls is not None else None
     if not isinstance(prop, property) or getattr(prop.fget, "_torch_pjrt", False):
@@ -36,10 +80,8 @@ def _patch(module, device_name: str) -> None:
 
     def default_device(self) -> torch.device:
         device = original(self)
-        if device.type == "cpu" and torch.accelerator.is_available():
-            current = torch.accelerator.current_accelerator()
-            if current is not None and current.type == device_name:
-                return torch.device(device_name, torch.accelerator.current_device_index())
+        if device.type == "cpu" and _ours(device_name):
+            return torch.device(device_name, torch.accelerator.current_device_index())
         return device
 
     default_device._torch_pjrt = True  # type: ignore[attr-defined]
@@ -65,7 +107,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         self._device_name = device_name
 
     def find_spec(self, fullname: str, path, target=None) -> Optional[importlib.machinery.ModuleSpec]:
-        if fullname != _TARGET:
+        if fullname not in _TARGETS:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -79,8 +121,8 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def install(device_name: str) -> None:
-    if _TARGET in sys.modules:
-        _patch(sys.modules[_TARGET], device_name)
-        return
+    for target in _TARGETS:
+        if target in sys.modules:
+            _patch(sys.modules[target], device_name)
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder(device_name))

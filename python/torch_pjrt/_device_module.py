@@ -152,13 +152,44 @@ class DeviceProperties:
     pjrt_api_version: str
     xla_version: int | None
     stablehlo_version: str
-    total_memory: int | None
+    total_memory: int  # the host's share for devices that report no limit
 
     def __repr__(self) -> str:
         return (
             f"DeviceProperties(name={self.name!r}, platform={self.platform!r}, "
             f"plugin={self.plugin!r}, pjrt_api_version={self.pjrt_api_version!r})"
         )
+
+
+def _host_share() -> tuple[int, int]:
+    """(free, total) bytes of host memory per device, for plugins whose
+    devices are the host (the XLA CPU plugin reports no memory of its own)."""
+    import os
+
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:  # MemAvailable counts reclaimable caches, as psutil does
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    n = max(device_count(), 1)
+    return available // n, pages // n
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    """(free, total) bytes of `device`, as torch.cuda.mem_get_info. Devices
+    that report no limit of their own (the CPU plugin's) share the host's
+    memory equally."""
+    index = _index(device)
+    stats = _C._memory_stats(index)
+    limit = dict(stats).get("bytes_limit")
+    if limit:
+        return int(limit) - int(dict(stats).get("bytes_in_use", 0)), int(limit)
+    free, total = _host_share()
+    return max(free - memory_allocated(index), 0), total
 
 
 def get_device_properties(device: Any = None) -> DeviceProperties:
@@ -176,7 +207,7 @@ def get_device_properties(device: Any = None) -> DeviceProperties:
         pjrt_api_version=".".join(map(str, info["pjrt_api_version"])),
         xla_version=attrs.get("xla_version"),
         stablehlo_version=".".join(map(str, attrs.get("stablehlo_current_version", []))),
-        total_memory=d.get("bytes_limit"),
+        total_memory=d.get("bytes_limit") or _host_share()[1],
     )
 
 
