@@ -4,6 +4,9 @@
 #include <c10/util/Exception.h>
 
 #include "backend/runtime_state.h"
+#include "distributed/host_pipeline.h"
+#include "distributed/host_reductions.h"
+#include "distributed/host_staging.h"
 #include "backend/tensor_access.h"
 #include "ops/dtypes.h"
 #include "pjrt/pending_buffer.h"
@@ -18,36 +21,6 @@ std::string message_of(const std::exception& e) {
   return e.what();
 }
 
-// Everything one call keeps alive between the caller and the worker.
-using Works = std::vector<c10::intrusive_ptr<c10d::Work>>;
-
-struct Staged {
-  std::vector<BufferPtr> sources;     // device buffers being copied to the host
-  std::vector<pjrt::Event> reads;     // those copies
-  std::vector<pjrt::PendingBuffer> pending;  // device buffers the results fill
-  std::vector<at::Tensor> fill_from;         // the host tensor each one is filled from
-};
-
-c10d::ReduceOp gloo_op(hlo::Reduction r) {
-  switch (r) {
-    case hlo::Reduction::kProduct: return c10d::ReduceOp::PRODUCT;
-    case hlo::Reduction::kMin: return c10d::ReduceOp::MIN;
-    case hlo::Reduction::kMax: return c10d::ReduceOp::MAX;
-    case hlo::Reduction::kBitAnd: return c10d::ReduceOp::BAND;
-    case hlo::Reduction::kBitOr: return c10d::ReduceOp::BOR;
-    case hlo::Reduction::kBitXor: return c10d::ReduceOp::BXOR;
-    default: return c10d::ReduceOp::SUM;  // sum, and avg / premul_sum built on it
-  }
-}
-
-void average(at::Tensor& t, int size) {
-  if (c10::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
-    t.div_(size, "trunc");  // integers truncate toward zero, as the device does
-  } else {
-    t.div_(size);
-  }
-}
-
 }  // namespace
 
 HostTransport::HostTransport(c10::intrusive_ptr<c10d::Backend> host, int rank, int size)
@@ -57,21 +30,35 @@ HostTransport::~HostTransport() = default;
 
 c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpType type,
                                                std::chrono::milliseconds timeout) {
-  auto staged = std::make_shared<Staged>();
+  auto job = std::make_shared<HostJob>();
+  if (pipelines(call)) {
+    std::vector<at::Tensor> results = build_pipeline(call, rank_, size_, host_, staging_, *job);
+    return submit(call, job, results, type, timeout);
+  }
   auto& client = backend::runtime().client();
+  std::vector<pjrt::Event> reads;
 
   // Inputs first: their current buffers are what is sent, even when the
   // same tensor is about to receive the result.
+  // Every host tensor of the call comes from the staging pool and goes back
+  // to it once the call has finished well (after a failure gloo may still
+  // hold it, so it is left to be freed).
+  HostStaging* pool = &staging_;
+  auto pooled = [&, pool](const at::Tensor& t) {
+    at::Tensor host = pool->take(t.sizes(), t.scalar_type());
+    job->pooled.push_back(host);
+    return host;
+  };
   auto stage_in = [&](const at::Tensor& t) {
-    at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
+    at::Tensor host = pooled(t);
     if (t.numel() > 0) {
       BufferPtr source = backend::read_tensor(t);
-      staged->reads.push_back(source->to_host_async(host.data_ptr(), host.nbytes()));
-      staged->sources.push_back(std::move(source));
+      reads.push_back(source->to_host_async(host.data_ptr(), host.nbytes()));
+      job->sources.push_back(std::move(source));
     }
     return host;
   };
-  auto host_like = [](const at::Tensor& t) { return at::empty(t.sizes(), t.options().device(at::kCPU)); };
+  auto host_like = [&](const at::Tensor& t) { return pooled(t); };
   std::vector<std::pair<at::Tensor, at::Tensor>> outputs;  // (device tensor, host result)
   auto stage_out = [&](const at::Tensor& t, const at::Tensor& host) { outputs.emplace_back(t, host); };
 
@@ -84,14 +71,10 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
   hlo::Reduction reduction = call.reduction;
   double factor = call.premul_factor;
   auto premul = [reduction, factor](std::vector<at::Tensor>& ts) {
-    if (reduction == hlo::Reduction::kPremulSum) {
-      for (auto& t : ts) t.mul_(factor);
-    }
+    for (auto& t : ts) premultiply(t, reduction, factor);
   };
   auto avg = [reduction, size](std::vector<at::Tensor> ts) {
-    if (reduction == hlo::Reduction::kAvg) {
-      for (auto& t : ts) average(t, size);
-    }
+    for (auto& t : ts) average(t, reduction, size);
   };
 
   switch (call.kind) {
@@ -287,7 +270,11 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
     }
   }
 
-  // The results' device buffers take their place now; the worker fills them.
+  // The results' device buffers take their place now; the workers fill them.
+  HostPiece piece;
+  piece.reads = std::move(reads);
+  piece.start = op;
+  piece.after = after;
   for (auto& [device_tensor, host] : outputs) {
     if (device_tensor.numel() == 0) continue;
     pjrt::PendingBuffer pending = pjrt::PendingBuffer::create(
@@ -295,19 +282,30 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
         ops::to_element_type(device_tensor.scalar_type()),
         std::vector<int64_t>(device_tensor.sizes().begin(), device_tensor.sizes().end()));
     backend::write_tensor(device_tensor, std::make_shared<pjrt::Buffer>(pending.take_buffer()));
-    staged->pending.push_back(std::move(pending));
-    staged->fill_from.push_back(host);
+    job->pending.push_back(std::move(pending));
+    piece.fills.push_back({job->pending.size() - 1, host.data_ptr(),
+                           0, static_cast<int64_t>(host.nbytes()), true});
   }
+  job->pieces.push_back(std::move(piece));
+  return submit(call, job, results, type, timeout);
+}
 
-  auto work = c10::make_intrusive<TpuWork>(rank_, type, call.label(), results, timeout);
+c10::intrusive_ptr<TpuWork> HostTransport::submit(const CollectiveCall& call,
+                                                  std::shared_ptr<HostJob> job,
+                                                  std::vector<at::Tensor> results,
+                                                  c10d::OpType type,
+                                                  std::chrono::milliseconds timeout) {
+  auto work = c10::make_intrusive<TpuWork>(rank_, type, call.label(), std::move(results), timeout);
   bool check = call.kind != CallKind::kSend && call.kind != CallKind::kRecv;
   CollectiveCall::Signature signature = call.signature();
-  std::string label = call.label();
   std::string where = "tpu backend (host transport, rank " + std::to_string(rank_) + " of " +
-                      std::to_string(size_) + "): " + label;
-  auto fail = [staged, work, where](const std::exception& e) {
+                      std::to_string(size_) + "): " + call.label();
+  // The first error fails the Work and every result buffer; later pieces
+  // of the call are skipped.
+  auto fail = [job, work, where](const std::exception& e) {
+    if (job->failed.exchange(true)) return;
     std::string message = where + " failed: " + message_of(e);
-    for (auto& p : staged->pending) {
+    for (auto& p : job->pending) {
       try {
         p.fail(pjrt::ErrorCode::kAborted, message);
       } catch (...) {
@@ -315,14 +313,20 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
     }
     work->fail(backend_error(message));
   };
+  const c10::intrusive_ptr<c10d::Backend> gloo = host_;
   SerialQueue* finishing = &finishing_;
-  starting_.push([staged, work, op, after, gloo, check, signature, size, fail, finishing]() {
-    Works works;
-    try {
-      for (auto& e : staged->reads) e.await("device-to-host copy");
-      if (check) {
-        // Every rank's signature, so a mismatch is an error on all ranks
-        // instead of gloo waiting for bytes that never come.
+  HostStaging* pool = &staging_;
+  int size = size_;
+  if (job->pieces.empty()) {  // nothing to move (empty tensors)
+    work->complete();
+    return work;
+  }
+  starting_.push([job, work, gloo, check, signature, size, fail, finishing, pool]() {
+    // Every rank's signature first, in a small all-gather: a mismatch is an
+    // error on every rank. It must come before the data: gloo terminates
+    // the process when a peer sends more bytes than it expects.
+    if (check) {
+      try {
         at::Tensor mine = at::tensor(std::vector<int64_t>(signature.begin(), signature.end()));
         std::vector<at::Tensor> theirs;
         for (int r = 0; r < size; ++r) theirs.push_back(at::empty_like(mine));
@@ -335,33 +339,46 @@ c10::intrusive_ptr<TpuWork> HostTransport::run(CollectiveCall& call, c10d::OpTyp
           std::string why = "the ranks called different collectives:";
           for (int r = 0; r < size; ++r) {
             CollectiveCall::Signature s;
-            for (size_t k = 0; k < s.size(); ++k) s[k] = theirs[r][k].item<int64_t>();
+            for (size_t i = 0; i < s.size(); ++i) s[i] = theirs[r][i].item<int64_t>();
             why += " rank " + std::to_string(r) + " called " + describe_signature(s) + ";";
           }
           why.pop_back();
           throw std::runtime_error(why);
         }
-      }
-      works = op();
-    } catch (const std::exception& e) {
-      fail(e);
-      return;
-    }
-    finishing->push([staged, work, works, after, fail]() {
-      try {
-        for (const auto& w : works) w->wait();
-        if (after) after();
-        std::vector<pjrt::Event> fills;
-        for (size_t i = 0; i < staged->pending.size(); ++i) {
-          const at::Tensor& h = staged->fill_from[i];
-          fills.push_back(staged->pending[i].fill(h.data_ptr(), h.nbytes()));
-        }
-        for (auto& e : fills) e.await("host-to-device copy");
-        work->complete();
       } catch (const std::exception& e) {
-        fail(e);
+        finishing->push([fail, message = message_of(e)] { fail(std::runtime_error(message)); });
+        return;
       }
-    });
+    }
+    for (size_t k = 0; k < job->pieces.size(); ++k) {
+      Works works;
+      try {
+        if (job->failed) return;
+        for (auto& e : job->pieces[k].reads) e.await("device-to-host copy");
+        if (job->pieces[k].start) works = job->pieces[k].start();
+      } catch (const std::exception& e) {
+        finishing->push([fail, message = message_of(e)] { fail(std::runtime_error(message)); });
+        return;
+      }
+      bool last = k + 1 == job->pieces.size();
+      finishing->push([job, work, works, fail, pool, k, last]() {
+        try {
+          if (job->failed) return;
+          for (const auto& w : works) w->wait();
+          HostPiece& piece = job->pieces[k];
+          if (piece.after) piece.after();
+          for (const auto& f : piece.fills) {
+            job->filling.push_back(job->pending[f.pending].fill_part(f.data, f.offset, f.size, f.last));
+          }
+          if (!last) return;
+          for (auto& e : job->filling) e.await("host-to-device copy");
+          work->complete();
+          for (const auto& t : job->pooled) pool->give_back(t);
+        } catch (const std::exception& e) {
+          fail(e);
+        }
+      });
+    }
   });
   return work;
 }

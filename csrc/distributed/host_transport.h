@@ -17,6 +17,8 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include "distributed/host_job.h"
+#include "distributed/host_staging.h"
 #include "distributed/serial_queue.h"
 #include "distributed/transport.h"
 
@@ -32,9 +34,14 @@ class HostTransport : public Transport {
   const c10::intrusive_ptr<c10d::Backend>& host() const { return host_; }
 
  private:
+  // Queues `job` on the two threads; returns its Work.
+  c10::intrusive_ptr<TpuWork> submit(const CollectiveCall& call, std::shared_ptr<HostJob> job,
+                                     std::vector<at::Tensor> results, c10d::OpType type,
+                                     std::chrono::milliseconds timeout);
   c10::intrusive_ptr<c10d::Backend> host_;
   int rank_;
   int size_;
+  HostStaging staging_;
   // Declared last: destroyed first, so their threads finish while the
   // members their jobs use are alive. Finishing outlives starting.
   SerialQueue finishing_;

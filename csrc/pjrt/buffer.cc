@@ -144,6 +144,28 @@ void Buffer::to_host(void* dst, size_t dst_size) const {
   to_host_async(dst, dst_size).await("device-to-host copy");
 }
 
+Event Buffer::copy_raw_to_host_async(void* dst, int64_t offset, int64_t size) const {
+  const PJRT_Api* api = client_->api();
+  if (api->struct_size < offsetof(PJRT_Api, PJRT_Buffer_CopyRawToHost) + sizeof(void*) ||
+      api->PJRT_Buffer_CopyRawToHost == nullptr) {
+    throw Error("Buffer::copy_raw_to_host_async", ErrorCode::kUnimplemented,
+                "the plugin cannot copy part of a buffer to the host");
+  }
+  if (offset < 0 || size < 0 || static_cast<size_t>(offset + size) > byte_size()) {
+    throw Error("Buffer::copy_raw_to_host_async", ErrorCode::kInvalidArgument,
+                "bytes [" + std::to_string(offset) + ", " + std::to_string(offset + size) +
+                    ") are outside the buffer's " + std::to_string(byte_size()));
+  }
+  auto args = TORCH_PJRT_ARGS(PJRT_Buffer_CopyRawToHost_Args);
+  args.buffer = buffer_;
+  args.dst = dst;
+  args.offset = offset;
+  args.transfer_size = size;
+  check(api, api->PJRT_Buffer_CopyRawToHost(&args), "PJRT_Buffer_CopyRawToHost");
+  client_->counters().device_to_host_bytes += size;
+  return Event(api, args.event);
+}
+
 Buffer Buffer::copy_to(const Device& device) const {
   auto args = TORCH_PJRT_ARGS(PJRT_Buffer_CopyToDevice_Args);
   args.buffer = buffer_;

@@ -44,6 +44,10 @@ class Buffer {
   Event to_host_async(void* dst, size_t dst_size) const;
   // Copies and waits.
   void to_host(void* dst, size_t dst_size) const;
+  // Starts copying `size` bytes from byte `offset` of the buffer's on-device
+  // representation into `dst`. That is the dense row-major contents only on
+  // plugins whose devices use that layout (the CPU plugin); callers check.
+  Event copy_raw_to_host_async(void* dst, int64_t offset, int64_t size) const;
 
   // A copy of this buffer on another device of the same client.
   Buffer copy_to(const Device& device) const;

@@ -104,27 +104,36 @@ Buffer PendingBuffer::take_buffer() {
 }
 
 Event PendingBuffer::fill(const void* data, size_t size) {
-  if (completed_ || manager_ == nullptr) {
-    throw Error("PendingBuffer::fill", ErrorCode::kFailedPrecondition,
-                "the buffer was already completed");
-  }
   if (size != byte_size_) {
     throw Error("PendingBuffer::fill", ErrorCode::kInvalidArgument,
                 "the buffer holds " + std::to_string(byte_size_) + " bytes, got " +
                     std::to_string(size));
+  }
+  return fill_part(data, 0, static_cast<int64_t>(size), /*last=*/true);
+}
+
+Event PendingBuffer::fill_part(const void* data, int64_t offset, int64_t size, bool last) {
+  if (completed_ || manager_ == nullptr) {
+    throw Error("PendingBuffer::fill", ErrorCode::kFailedPrecondition,
+                "the buffer was already completed");
+  }
+  if (offset < 0 || size < 0 || static_cast<size_t>(offset + size) > byte_size_) {
+    throw Error("PendingBuffer::fill", ErrorCode::kInvalidArgument,
+                "bytes [" + std::to_string(offset) + ", " + std::to_string(offset + size) +
+                    ") are outside the buffer's " + std::to_string(byte_size_));
   }
   const PJRT_Api* api = client_->api();
   auto args = TORCH_PJRT_ARGS(PJRT_AsyncHostToDeviceTransferManager_TransferData_Args);
   args.transfer_manager = manager_;
   args.buffer_index = 0;
   args.data = data;
-  args.offset = 0;
-  args.transfer_size = static_cast<int64_t>(size);
-  args.is_last_transfer = true;
+  args.offset = offset;
+  args.transfer_size = size;
+  args.is_last_transfer = last;
   check(api, api->PJRT_AsyncHostToDeviceTransferManager_TransferData(&args),
         "PJRT_AsyncHostToDeviceTransferManager_TransferData");
-  completed_ = true;
-  client_->counters().host_to_device_bytes += static_cast<int64_t>(size);
+  if (last) completed_ = true;
+  client_->counters().host_to_device_bytes += size;
   return Event(api, args.done_with_h2d_transfer);
 }
 

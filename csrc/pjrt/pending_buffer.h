@@ -42,6 +42,11 @@ class PendingBuffer {
   // Copies `size` bytes (the whole buffer, dense row-major) from `data`,
   // which must stay valid until the returned event completes.
   Event fill(const void* data, size_t size);
+  // Copies `size` bytes to byte `offset` of the buffer's dense row-major
+  // contents; the part with `last` set must come after all others and
+  // completes the buffer. For plugins whose device layout is the dense
+  // row-major one (the CPU plugin); `data` must stay valid until the event.
+  Event fill_part(const void* data, int64_t offset, int64_t size, bool last);
   // Completes the buffer with an error instead.
   void fail(ErrorCode code, const std::string& message);
   bool completed() const { return completed_; }

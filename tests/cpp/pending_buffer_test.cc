@@ -72,3 +72,35 @@ TEST(PendingBuffer, WrongSizeIsRefused) {
 
 }  // namespace
 }  // namespace torch_pjrt::pjrt
+
+namespace torch_pjrt::pjrt {
+namespace {
+
+TEST(PendingBuffer, FilledInPartsAndReadInParts) {
+  auto client = testing::test_client();
+  PendingBuffer pending = PendingBuffer::create(client, client->device(0), ElementType::kF32, {6});
+  Buffer buffer = pending.take_buffer();
+  std::vector<float> data = {1, 2, 3, 4, 5, 6};
+  std::vector<Event> parts;
+  parts.push_back(pending.fill_part(data.data(), 0, 8, false));
+  parts.push_back(pending.fill_part(data.data() + 2, 8, 16, true));
+  for (auto& e : parts) e.await();
+  EXPECT_TRUE(pending.completed());
+  EXPECT_THROW(pending.fill_part(data.data(), 0, 4, true), Error);
+  std::vector<float> middle(3, 0.f);
+  buffer.copy_raw_to_host_async(middle.data(), 4, 12).await();
+  EXPECT_EQ(middle, (std::vector<float>{2, 3, 4}));
+  EXPECT_THROW(buffer.copy_raw_to_host_async(middle.data(), 16, 12), Error);
+}
+
+TEST(PendingBuffer, PartOutsideTheBufferIsRefused) {
+  auto client = testing::test_client();
+  PendingBuffer pending = PendingBuffer::create(client, client->device(0), ElementType::kF32, {2});
+  Buffer buffer = pending.take_buffer();
+  float data[4] = {0, 0, 0, 0};
+  EXPECT_THROW(pending.fill_part(data, 4, 8, true), Error);
+  EXPECT_FALSE(pending.completed());
+}
+
+}  // namespace
+}  // namespace torch_pjrt::pjrt
