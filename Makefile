@@ -11,7 +11,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL := 2
 
 CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
-.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-compile bench bench-quick clean
+.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-compile bench-distributed bench bench-quick clean
 
 all: build
 
@@ -75,6 +75,9 @@ bench-eager: build
 
 bench-compile: build
 	$(PY) benchmarks/compile.py
+
+bench-distributed: build
+	$(PY) benchmarks/distributed.py
 
 # The benchmark harness (docs/BENCHMARKS.md): every workload in every mode.
 $(STAMPS)/bench-pip: requirements/bench.txt requirements/bench-binary.txt | $(STAMPS)/pip
