@@ -102,6 +102,14 @@ def test_fallback_is_counted_and_correct_for_functional_in_place_and_out():
     assert sum(n for op, n in counts.items() if op.startswith("aten::hypot")) == 4, counts
 
 
+def test_fallback_refuses_mixed_devices_like_a_device_kernel():
+    x = torch.arange(4.0).to(NAME)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.hypot(x, torch.ones(4))  # a CPU operand that is not a scalar
+    with pytest.raises(RuntimeError, match="same device.*aten::hypot"):
+        torch.hypot(x, x, out=torch.empty(4))  # the result would land on the CPU
+
+
 def test_fallback_warns_once_per_op(python_in_subprocess):
     result = python_in_subprocess(
         f"""

@@ -71,6 +71,21 @@ def test_view_as_another_dtype_of_the_same_width():
     assert_same(*both(run))
 
 
+def test_complex_views_of_real_storage_match_cpu():
+    # Rotary embeddings (Llama, torchtitan) view pairs of floats as complex
+    # numbers, multiply by torch.polar(...) and view the result as floats.
+    def run(d):
+        x = torch.arange(24.0, device=d).reshape(4, 3, 2) / 7
+        z = torch.view_as_complex(x)
+        rot = torch.polar(torch.ones(4, 3, device=d), x[..., 0])
+        return (torch.view_as_real(z * rot).flatten(1), z.view(torch.float32), z[:, 1:].abs(),
+                torch.view_as_real(torch.complex(x[..., 1], x[..., 0])))
+    cpu, dev = both(run)
+    for c, d in zip(cpu, dev):
+        assert d.device.type == NAME
+        torch.testing.assert_close(d.cpu(), c, rtol=1e-6, atol=1e-6)
+
+
 def test_resize_and_set_match_cpu():
     def run(d):
         x = torch.arange(6.0, device=d)

@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <map>
+#include <optional>
 #include <mutex>
 #include <set>
 
@@ -23,8 +24,48 @@ std::string name_of(const c10::OperatorHandle& op) {
                                         : schema.name() + "." + schema.overload_name();
 }
 
+// The tensors a fallback reads and writes must live where a tpu kernel
+// would accept them: one tpu device, and nothing written on the CPU (the
+// result could not be copied back there). Raise as a device kernel would.
+void check_devices(const c10::OperatorHandle& op, const std::string& name,
+                   const torch::jit::Stack& stack) {
+  const auto& args = op.schema().arguments();
+  size_t first = stack.size() - args.size();
+  std::optional<c10::Device> tpu, cpu_operand;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = stack[first + i];
+    std::vector<at::Tensor> tensors;
+    if (v.isTensor()) {
+      tensors.push_back(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorVector()) tensors.push_back(t);
+    }
+    bool written = args[i].alias_info() && args[i].alias_info()->isWrite();
+    for (const at::Tensor& t : tensors) {
+      if (!t.defined()) continue;
+      c10::Device d = t.device();
+      if (d.type() == c10::DeviceType::PrivateUse1) {
+        TORCH_CHECK(!tpu || *tpu == d, "Expected all tensors to be on the same device, but found ",
+                    "at least two devices, ", tpu->str(), " and ", d.str(), "! (when checking ",
+                    "argument '", args[i].name(), "' of ", name, ")");
+        tpu = d;
+      } else if (written) {
+        TORCH_CHECK(false, "Expected all tensors to be on the same device: ", name,
+                    " would write its result into argument '", args[i].name(), "' on ", d.str(),
+                    " while other arguments are on tpu");
+      } else if (t.dim() > 0) {  // a CPU scalar is fine, as with CUDA kernels
+        cpu_operand = cpu_operand ? cpu_operand : std::optional<c10::Device>(d);
+      }
+    }
+  }
+  TORCH_CHECK(!tpu || !cpu_operand, "Expected all tensors to be on the same device, but found at ",
+              "least two devices, ", cpu_operand ? cpu_operand->str() : "", " and ",
+              tpu ? tpu->str() : "", "! (when checking arguments for ", name, ")");
+}
+
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::string name = name_of(op);
+  check_devices(op, name, *stack);
   FallbackMode mode = settings().fallback;
   TORCH_CHECK_NOT_IMPLEMENTED(
       mode != FallbackMode::kError, "torch_pjrt: ", name,

@@ -78,6 +78,24 @@ void add_view_to_key(ProgramKey& key, const at::Tensor& t, ElementType storage_t
 // The storage's flat contents (`n` elements of `have`) as elements of
 // `want`: the same bytes, reinterpreted, as torch views a storage.
 Value reinterpret_flat(Builder& b, Value flat, int64_t n, ElementType have, ElementType want) {
+  // XLA does not bitcast between real and complex: a complex number is its
+  // two parts side by side, so go through the part type.
+  if (hlo::is_complex(want) != hlo::is_complex(have) ||
+      (hlo::is_complex(want) && have != want)) {
+    if (hlo::is_complex(have)) {
+      ElementType part = have == ElementType::kC128 ? ElementType::kF64 : ElementType::kF32;
+      Value re = b.reshape(b.real(flat), {n, 1}), im = b.reshape(b.imag(flat), {n, 1});
+      Value parts = b.reshape(b.concatenate({re, im}, 1), {2 * n});
+      return reinterpret_flat(b, parts, 2 * n, part, want);
+    }
+    ElementType part = want == ElementType::kC128 ? ElementType::kF64 : ElementType::kF32;
+    int64_t m = n * static_cast<int64_t>(pjrt::byte_width(have)) /
+                static_cast<int64_t>(pjrt::byte_width(part));
+    Value parts = b.reshape(reinterpret_flat(b, flat, n, have, part), {m / 2, 2});
+    Value re = b.reshape(b.slice(parts, {0, 0}, {m / 2, 1}, {1, 1}), {m / 2});
+    Value im = b.reshape(b.slice(parts, {0, 1}, {m / 2, 2}, {1, 1}), {m / 2});
+    return b.complex(re, im);
+  }
   size_t hw = pjrt::byte_width(have), ww = pjrt::byte_width(want);
   if (hw == ww) return b.bitcast_convert(flat, want);
   if (hw > ww) {

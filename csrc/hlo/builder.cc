@@ -384,6 +384,33 @@ Value Builder::convert(Value x, ElementType to) {
   return add_node("convert", {x}, "", {TensorType{to, type(x).dims}});
 }
 
+Value Builder::complex(Value re, Value im) {
+  if (type(re) != type(im)) {
+    fail("complex", "parts differ: " + describe(type(re)) + " vs " + describe(type(im)));
+  }
+  ElementType t = type(re).type;
+  if (t != ElementType::kF32 && t != ElementType::kF64) {
+    fail("complex", "parts must be f32 or f64, got " + describe(type(re)));
+  }
+  return add_node("complex", {re, im}, "",
+                  {TensorType{t == ElementType::kF32 ? ElementType::kC64 : ElementType::kC128,
+                              type(re).dims}});
+}
+
+static ElementType part_type(ElementType z) {
+  return z == ElementType::kC128 ? ElementType::kF64 : ElementType::kF32;
+}
+
+Value Builder::real(Value z) {
+  if (!is_complex(type(z).type)) fail("real", "needs a complex operand, got " + describe(type(z)));
+  return add_node("real", {z}, "", {TensorType{part_type(type(z).type), type(z).dims}});
+}
+
+Value Builder::imag(Value z) {
+  if (!is_complex(type(z).type)) fail("imag", "needs a complex operand, got " + describe(type(z)));
+  return add_node("imag", {z}, "", {TensorType{part_type(type(z).type), type(z).dims}});
+}
+
 Value Builder::bitcast_convert(Value x, ElementType to) {
   const TensorType& in = type(x);
   if (in.type == to) return x;

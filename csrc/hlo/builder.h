@@ -88,6 +88,10 @@ class Builder {
   Value select(Value pred, Value on_true, Value on_false);
   Value clamp(Value min, Value x, Value max);
   Value convert(Value x, ElementType to);
+  // Complex numbers from their parts (f32 -> c64, f64 -> c128), and back.
+  Value complex(Value re, Value im);
+  Value real(Value z);
+  Value imag(Value z);
   // Reinterprets the bits. A narrower type adds a last dimension (f32[n] ->
   // ui8[n,4]); a wider one consumes it (ui8[n,4] -> f32[n]).
   Value bitcast_convert(Value x, ElementType to);

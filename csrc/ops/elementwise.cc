@@ -78,6 +78,11 @@ void register_unary() {
   });
   unary_same("neg", op("negate"), /*allow_bool=*/false);
   unary_same("abs", [](Builder& b, Value x) {
+    if (hlo::is_complex(b.element_type(x))) {  // |z|, a real number
+      Value re = b.real(x), im = b.imag(x);
+      return b.unary("sqrt", b.binary("add", b.binary("multiply", re, re),
+                                      b.binary("multiply", im, im)));
+    }
     return b.element_type(x) == ElementType::kPred || hlo::is_unsigned_int(b.element_type(x))
                ? x
                : b.unary("abs", x);
@@ -286,6 +291,29 @@ void register_binary() {
   binary("minimum", {""}, [](LoweringContext& ctx, Value x, Value y, c10::ScalarType) {
     return ctx.b.binary("minimum", x, y);
   });
+  // Complex numbers from parts: torch.complex(real, imag) and
+  // torch.polar(abs, angle), float32 -> complex64 and float64 -> complex128.
+  for (bool polar : {false, true}) {
+    std::string name = polar ? "polar" : "complex";
+    register_lowering("aten::" + name, [polar](LoweringContext& ctx) {
+      c10::ScalarType a = ctx.dtype(0), c = ctx.dtype(1);
+      bool ok = [](c10::ScalarType t) {
+        return t == at::kHalf || t == at::kFloat || t == at::kDouble;
+      }(a) && (c == at::kHalf || c == at::kFloat || c == at::kDouble);
+      TORCH_CHECK(ok, "Expected both inputs to be Half, Float or Double tensors but got ", a,
+                  " and ", c);
+      TORCH_CHECK(a == c, "Expected object of scalar type ", a, " but got scalar type ", c,
+                  " for second argument");
+      TORCH_CHECK(a != at::kHalf, "\"", polar ? "polar" : "complex",
+                  "\" on tpu is not implemented for 'Half' (no complex32 support)");
+      Builder& b = ctx.b;
+      auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, a);
+      if (!polar) return std::vector<Value>{b.complex(xs[0], xs[1])};
+      Value re = b.binary("multiply", xs[0], b.unary("cosine", xs[1]));
+      Value im = b.binary("multiply", xs[0], b.unary("sine", xs[1]));
+      return std::vector<Value>{b.complex(re, im)};
+    }, {"aten::" + name + ".out"});
+  }
   binary("atan2", {""},
          [](LoweringContext& ctx, Value x, Value y, c10::ScalarType) {
            return ctx.b.binary("atan2", x, y);
