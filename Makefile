@@ -11,7 +11,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL := 2
 
 CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
-.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-compile bench-distributed bench bench-quick clean
+.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-compile bench-distributed bench bench-quick torchtitan clean
 
 all: build
 
@@ -90,6 +90,20 @@ bench: build $(STAMPS)/bench-pip
 
 bench-quick: build $(STAMPS)/bench-pip
 	$(PY) -m torch_pjrt.bench --quick --plot $(BENCH_ARGS)
+
+# torchtitan 0.3.0 trains its Llama debug model with FSDP2 on 2 processes,
+# on tpu and on the CPU with gloo (docs/DISTRIBUTED.md, "TorchTitan"). Its
+# own venv sees .venv and keeps torchtitan's pins out of it.
+TT_VENV := .venv-torchtitan
+$(TT_VENV)/.installed: requirements/torchtitan.txt | $(STAMPS)/build
+	python3 -m venv $(TT_VENV)
+	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')')" \
+		> "$$($(TT_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/torch_pjrt_venv.pth"
+	$(TT_VENV)/bin/python -m pip --disable-pip-version-check install -q --no-deps -r requirements/torchtitan.txt
+	@touch $@
+
+torchtitan: build $(TT_VENV)/.installed
+	$(TT_VENV)/bin/python examples/torchtitan/compare.py
 
 clean:
 	rm -rf build .deps $(STAMPS)
