@@ -70,6 +70,34 @@ def test_copies_into_and_out_of_views():
     assert torch.equal(row, expected[2])
 
 
+def test_conjugate_and_negative_views_copy_resolved():
+    # x.conj() and x.conj().imag only flag the change; every copy must apply
+    # it (it once recursed without end through torch's conjugate fallback).
+    host = torch.randn(3, 4, dtype=torch.complex64)
+    dev = host.to(NAME)
+    cases = [lambda t: t.conj(), lambda t: t.conj().imag, lambda t: t.conj()[1:, ::2]]
+    for view in cases:
+        want = view(host).resolve_conj().resolve_neg()
+        assert torch.equal(view(dev).cpu(), want)
+        into = torch.zeros_like(want)
+        into.copy_(view(dev))
+        assert torch.equal(into, want)
+        assert torch.equal(view(dev).to(NAME).clone().cpu(), want)  # device to device
+    assert torch.equal(host.conj().to(NAME).cpu(), host.conj().resolve_conj())  # host to device
+
+
+def test_copy_into_dense_and_strided_host_tensors():
+    dev = torch.arange(24.0).reshape(4, 6).to(NAME)
+    dense = torch.empty(4, 6)
+    assert dense.copy_(dev) is dense and torch.equal(dense, torch.arange(24.0).reshape(4, 6))
+    strided = torch.zeros(6, 4).t()  # not contiguous: goes through a host temporary
+    strided.copy_(dev)
+    assert torch.equal(strided, torch.arange(24.0).reshape(4, 6))
+    other_dtype = torch.empty(4, 6, dtype=torch.float64)
+    other_dtype.copy_(dev)
+    assert torch.equal(other_dtype, torch.arange(24.0, dtype=torch.float64).reshape(4, 6))
+
+
 def test_broadcasting_copy():
     dst = torch.zeros(3, 4, device=NAME)
     dst.copy_(torch.arange(4.0, device=NAME))

@@ -41,19 +41,25 @@ BufferPtr upload(const at::Tensor& host, int device, bool fresh) {
       pjrt::Buffer::from_host(client, target, dense.data_ptr(), type, dims));
 }
 
-// Device buffer with `src`'s sizes -> the dtype and shape of `dst`.
+// Device buffer with `src`'s sizes -> the dtype and shape of `dst`, with
+// src's lazy conjugate and negative bits applied (x.conj(), x.conj().imag
+// are views that only flag the change).
 BufferPtr convert_and_broadcast(BufferPtr value, const at::Tensor& src, const at::Tensor& dst) {
   ElementType from = value->element_type();
   ElementType to = ops::to_element_type(dst.scalar_type());
   std::vector<int64_t> src_dims(src.sizes().begin(), src.sizes().end());
   std::vector<int64_t> dst_dims(dst.sizes().begin(), dst.sizes().end());
   std::vector<int64_t> value_dims = value->dims();
-  if (from == to && src_dims == dst_dims) return value;
+  bool conj = src.is_conj() && hlo::is_complex(from), neg = src.is_neg();
+  if (from == to && src_dims == dst_dims && !conj && !neg) return value;
   ProgramKey key("aten::_copy_from");
   key.dtype(static_cast<int64_t>(from)).dtype(static_cast<int64_t>(to));
   key.shape(c10::IntArrayRef(value_dims)).shape(src.sizes()).shape(dst.sizes());
+  key.attr(uint64_t{conj}).attr(uint64_t{neg});
   const Program& program = program_for(key, [&](hlo::Builder& b) {
     hlo::Value x = b.reshape(b.parameter(hlo::TensorType{from, value_dims}), src_dims);
+    if (conj) x = b.complex(b.real(x), b.unary("negate", b.imag(x)));
+    if (neg) x = b.unary("negate", x);
     x = b.convert(x, to);
     std::vector<int64_t> mapping;
     for (size_t i = 0; i < src_dims.size(); ++i) {
@@ -92,8 +98,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
                   " to tpu directly; copy to the CPU first");
       // Convert on the host when the dtype changes: one transfer of the
       // final dtype, and the upload is then of a temporary.
-      at::Tensor host = self;
-      bool fresh = false;
+      // Lazy conjugate/negative bits are resolved on the host.
+      at::Tensor host = self.resolve_conj().resolve_neg();
+      bool fresh = !host.is_same(self);
       if (host.scalar_type() != dst.scalar_type()) {
         host = host.to(dst.scalar_type());
         fresh = true;
@@ -112,6 +119,16 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   raise_failed_checks();
   note_host_sync();
   BufferPtr value = read_tensor(self);
+  if (self.is_conj() || self.is_neg()) {
+    value = convert_and_broadcast(std::move(value), self, self);
+  }
+  if (dst.scalar_type() == self.scalar_type() && dst.sizes() == self.sizes() &&
+      dst.is_contiguous() && !dst.is_conj() && !dst.is_neg()) {
+    // The common case (.cpu(), .numpy(), copy_ into a dense tensor): the
+    // device writes straight into dst, with no host temporary.
+    value->to_host(dst.data_ptr(), dst.nbytes());
+    return dst;
+  }
   at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
   value->to_host(host.data_ptr(), host.nbytes());
   dst.copy_(host);
@@ -135,6 +152,16 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
 }
 
 }  // namespace
+
+// torch's conjugate and negative fallbacks would resolve a flagged source
+// by cloning it, and a clone on this device copies through _copy_from again:
+// endless recursion. The copy applies the bits itself (above).
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
