@@ -123,7 +123,7 @@ def test_every_collective_matches_cpu(run, request):
 
 
 THREADS_TRAINING = ["ddp", "ddp_no_sync", "fsdp", "fsdp_mixed_precision", "fsdp_meta_init",
-                    "fsdp_activation_checkpointing", "compiled_ddp", "compiled_fsdp"]
+                    "fsdp_activation_checkpointing", "tensor_parallel", "compiled_ddp", "compiled_fsdp"]
 PAIRS = ([("two_processes", n) for n in TRAINING_2]
          + [("four_processes", n) for n in ("ddp", "fsdp", "fsdp_x_tp")]
          + [("two_threads", n) for n in THREADS_TRAINING])

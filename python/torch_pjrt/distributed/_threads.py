@@ -70,14 +70,23 @@ def _threaded_world():
         # would hand one rank's device to another.
         import torch._dynamo.config as dynamo_config
 
+        # torch's config values are per thread (context variables), and
+        # DTensor's C++ dispatch calls back into Python in a fresh context:
+        # the process-wide default must change, not only this thread's value.
         fake_cache = dynamo_config.fake_tensor_cache_enabled
         dynamo_config.fake_tensor_cache_enabled = False
+        entry = getattr(dynamo_config, "_config", {}).get("fake_tensor_cache_enabled")
+        fake_default = entry.default if entry is not None else None
+        if entry is not None:
+            entry.default = False
     try:
         yield
     finally:
         with _install_lock:
             ShardingPropagator._fake_mode_lock = fake_lock
             dynamo_config.fake_tensor_cache_enabled = fake_cache
+            if entry is not None:
+                entry.default = fake_default
             multithreading.__exit__(None, None, None)
             torch._C._distributed_c10d._set_thread_isolation_mode(False)
             c10d._world = previous
