@@ -30,7 +30,8 @@ def test_device_map_splits_layers_and_generates_like_one_device(tmp_path):
         seen = sorted(str(k) for k in get_max_memory())
         explicit = {{"model.embed_tokens": "tpu:0", "model.layers.0": "tpu:0", "model.layers.1": "tpu:1",
                     "model.norm": "tpu:1", "model.rotary_emb": "tpu:1", "lm_head": "tpu:1"}}
-        results = {{"accelerate_sees": seen}}
+        budgets = get_max_memory({{1: "1GB", "cpu": "2GB", 0: "300KB"}})
+        results = {{"accelerate_sees": seen, "budgets": [[str(k), v] for k, v in budgets.items()]}}
         for name, kw in [("explicit", dict(device_map=explicit)),
                          ("auto_budget", dict(device_map="auto", max_memory={{0: "300KB", 1: "1GB"}})),
                          ("auto", dict(device_map="auto"))]:
@@ -60,6 +61,11 @@ def test_device_map_splits_layers_and_generates_like_one_device(tmp_path):
         assert r["devices"] == ["tpu:0", "tpu:1"], (name, r)
         assert all(w > 0 for w in r["weights_per_device"]), (name, r)
         assert all(p >= w for p, w in zip(r["peak_per_device"], r["weights_per_device"])), (name, r)
+    # Budgets by index are converted, ordered devices first, and checked
+    # against the tpu devices: accelerate alone warns "Device 0 is not
+    # available" (it counts CUDA devices).
+    assert results["budgets"] == [["0", 300_000], ["1", 1_000_000_000], ["cpu", 2_000_000_000]]
+    assert "is not available" not in proc.stderr, proc.stderr[-2000:]
     # Without budgets the whole (tiny) model fits on the first device.
     assert results["auto"]["same_tokens"] and results["auto"]["devices"] == ["tpu:0"]
     print(json.dumps(results, indent=1))

@@ -15,8 +15,10 @@ It also wraps `accelerate.utils.modeling.get_max_memory`: asked without a
 budget (`device_map="auto"` alone), accelerate probes only the device kinds
 it knows and would place a whole model on the CPU; the wrapper answers each
 device of this backend's free memory (`torch.<device>.mem_get_info`) and the
-CPU's. Budgets given as `max_memory={0: "2GiB", 1: ...}` already work: an
-integer key is `torch.device(i)`, the current accelerator's device i.
+CPU's. Budgets given as `max_memory={0: "2GiB", 1: ...}` are checked against
+this backend's devices (accelerate checks integer keys against torch.cuda
+and would warn that device 0 is not available); an integer key is
+`torch.device(i)`, the current accelerator's device i.
 
 The patches are applied when their modules are first imported (or at once if
 they already are), so importing torch_pjrt does not import accelerate.
@@ -47,8 +49,24 @@ def _patch_max_memory(module, device_name: str) -> None:
         return
 
     def get_max_memory(max_memory=None):
-        if max_memory is not None or not _ours(device_name):
+        if not _ours(device_name):
             return original(max_memory)
+        if max_memory is not None:
+            # Budgets for devices by index: accelerate would check the
+            # indices against torch.cuda and warn "Device 0 is not available".
+            # Sizes are converted in the caller's dict, as accelerate does
+            # (transformers reads them back from it).
+            for key, value in max_memory.items():
+                if isinstance(value, str):
+                    max_memory[key] = module.convert_file_size_to_int(value)
+            device_count = getattr(torch, device_name).device_count()
+            indexed = sorted(k for k in max_memory if isinstance(k, int))
+            for index in indexed:
+                if not 0 <= index < device_count:
+                    module.logger.warning(f"Device {index} is not available, available devices are "
+                                          f"{list(range(device_count))}")
+            named = original({k: v for k, v in max_memory.items() if not isinstance(k, int)})
+            return {**{index: max_memory[index] for index in indexed}, **named}
         import psutil
 
         device_module = getattr(torch, device_name)
