@@ -5,7 +5,11 @@
 #include <set>
 #include <sstream>
 
+#include "hlo/builder_util.h"
+
 namespace torch_pjrt::hlo {
+
+using namespace builder_util;
 
 struct Builder::Node {
   std::string op;  // full name, e.g. "stablehlo.add"
@@ -16,34 +20,6 @@ struct Builder::Node {
 };
 
 namespace {
-
-std::string join(const std::vector<int64_t>& xs, const char* sep = ", ") {
-  std::string out;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (i) out += sep;
-    out += std::to_string(xs[i]);
-  }
-  return out;
-}
-
-std::string i64_array(const std::vector<int64_t>& xs) {
-  return xs.empty() ? "array<i64>" : "array<i64: " + join(xs) + ">";
-}
-
-std::string dims_list(const std::vector<int64_t>& xs) { return "[" + join(xs) + "]"; }
-
-std::string describe(const TensorType& t) { return t.mlir(); }
-
-[[noreturn]] void fail(const std::string& op, const std::string& why) {
-  throw BuildError("stablehlo." + op + ": " + why);
-}
-
-void check_dims_in_range(const std::string& op, const std::vector<int64_t>& dims, int64_t rank) {
-  for (int64_t d : dims) {
-    if (d < 0 || d >= rank) fail(op, "dimension " + std::to_string(d) + " out of range for rank " +
-                                         std::to_string(rank));
-  }
-}
 
 const char* direction_name(Compare c) {
   switch (c) {
@@ -428,195 +404,6 @@ Value Builder::bitcast_convert(Value x, ElementType to) {
     dims.pop_back();
   }
   return add_node("bitcast_convert", {x}, "", {TensorType{to, dims}});
-}
-
-// --- structured ----------------------------------------------------------------
-
-Value Builder::dot_general(Value a, Value b, const std::vector<int64_t>& batch_a,
-                           const std::vector<int64_t>& batch_b,
-                           const std::vector<int64_t>& contract_a,
-                           const std::vector<int64_t>& contract_b, ElementType result) {
-  const TensorType& ta = type(a);
-  const TensorType& tb = type(b);
-  check_dims_in_range("dot_general", batch_a, ta.rank());
-  check_dims_in_range("dot_general", contract_a, ta.rank());
-  check_dims_in_range("dot_general", batch_b, tb.rank());
-  check_dims_in_range("dot_general", contract_b, tb.rank());
-  if (batch_a.size() != batch_b.size() || contract_a.size() != contract_b.size()) {
-    fail("dot_general", "batch and contracting dimension counts differ");
-  }
-  std::vector<int64_t> dims;
-  for (size_t i = 0; i < batch_a.size(); ++i) {
-    if (ta.dims[batch_a[i]] != tb.dims[batch_b[i]]) fail("dot_general", "batch sizes differ");
-    dims.push_back(ta.dims[batch_a[i]]);
-  }
-  for (size_t i = 0; i < contract_a.size(); ++i) {
-    if (ta.dims[contract_a[i]] != tb.dims[contract_b[i]]) {
-      fail("dot_general", "contracting sizes differ: " + describe(ta) + " x " + describe(tb));
-    }
-  }
-  auto free_dims = [&](const TensorType& t, const std::vector<int64_t>& batch,
-                       const std::vector<int64_t>& contract) {
-    for (int64_t i = 0; i < t.rank(); ++i) {
-      if (std::find(batch.begin(), batch.end(), i) == batch.end() &&
-          std::find(contract.begin(), contract.end(), i) == contract.end()) {
-        dims.push_back(t.dims[i]);
-      }
-    }
-  };
-  free_dims(ta, batch_a, contract_a);
-  free_dims(tb, batch_b, contract_b);
-  return add_node("dot_general", {a, b},
-                  "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = " +
-                      dims_list(batch_a) + ", rhs_batching_dimensions = " + dims_list(batch_b) +
-                      ", lhs_contracting_dimensions = " + dims_list(contract_a) +
-                      ", rhs_contracting_dimensions = " + dims_list(contract_b) + ">",
-                  {TensorType{result, dims}});
-}
-
-std::vector<Value> Builder::reduce(const std::vector<Value>& inputs,
-                                   const std::vector<Value>& inits,
-                                   const std::vector<int64_t>& dims, const RegionFn& body) {
-  if (inputs.empty() || inputs.size() != inits.size()) {
-    fail("reduce", "needs as many initial values as inputs");
-  }
-  const TensorType& first = type(inputs[0]);
-  check_dims_in_range("reduce", dims, first.rank());
-  std::vector<TensorType> results, arg_types;
-  std::vector<int64_t> kept;
-  for (int64_t i = 0; i < first.rank(); ++i) {
-    if (std::find(dims.begin(), dims.end(), i) == dims.end()) kept.push_back(first.dims[i]);
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (type(inputs[i]).dims != first.dims) fail("reduce", "inputs have different shapes");
-    results.push_back(TensorType{type(inputs[i]).type, kept});
-    arg_types.push_back(TensorType{type(inputs[i]).type, {}});
-  }
-  std::vector<TensorType> block = arg_types;
-  block.insert(block.end(), arg_types.begin(), arg_types.end());
-  std::vector<std::unique_ptr<Builder>> regions;
-  regions.push_back(region(block, body));
-  std::vector<Value> operands = inputs;
-  operands.insert(operands.end(), inits.begin(), inits.end());
-  return add_multi("reduce", operands, "dimensions = " + i64_array(dims), results,
-                   std::move(regions));
-}
-
-Value Builder::gather(Value operand, Value indices, const GatherDims& d,
-                      const std::vector<int64_t>& slice_sizes,
-                      const std::vector<int64_t>& result_dims) {
-  return add_node("gather", {operand, indices},
-                  "dimension_numbers = #stablehlo.gather<offset_dims = " +
-                      dims_list(d.offset_dims) + ", collapsed_slice_dims = " +
-                      dims_list(d.collapsed_slice_dims) + ", start_index_map = " +
-                      dims_list(d.start_index_map) + ", index_vector_dim = " +
-                      std::to_string(d.index_vector_dim) + ">, slice_sizes = " +
-                      i64_array(slice_sizes) + ", indices_are_sorted = false",
-                  {TensorType{type(operand).type, result_dims}});
-}
-
-Value Builder::scatter(Value operand, Value indices, Value updates, const ScatterDims& d,
-                       const RegionFn& combine) {
-  TensorType scalar{type(operand).type, {}};
-  std::vector<std::unique_ptr<Builder>> regions;
-  regions.push_back(region({scalar, scalar}, combine));
-  return add_node("scatter", {operand, indices, updates},
-                  "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = " +
-                      dims_list(d.update_window_dims) + ", inserted_window_dims = " +
-                      dims_list(d.inserted_window_dims) + ", scatter_dims_to_operand_dims = " +
-                      dims_list(d.scatter_dims_to_operand_dims) + ", index_vector_dim = " +
-                      std::to_string(d.index_vector_dim) +
-                      ">, indices_are_sorted = false, unique_indices = false",
-                  {type(operand)}, std::move(regions));
-}
-
-std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dim, bool stable,
-                                 const RegionFn& comparator) {
-  if (inputs.empty()) fail("sort", "needs an input");
-  check_dims_in_range("sort", {dim}, type(inputs[0]).rank());
-  std::vector<TensorType> results, block;
-  for (Value v : inputs) {
-    if (type(v).dims != type(inputs[0]).dims) fail("sort", "inputs have different shapes");
-    results.push_back(type(v));
-    block.push_back(TensorType{type(v).type, {}});
-    block.push_back(TensorType{type(v).type, {}});
-  }
-  std::vector<std::unique_ptr<Builder>> regions;
-  regions.push_back(region(block, comparator));
-  return add_multi("sort", inputs,
-                   "dimension = " + std::to_string(dim) + " : i64, is_stable = " +
-                       (stable ? "true" : "false"),
-                   results, std::move(regions));
-}
-
-std::vector<Value> Builder::reduce_window(const std::vector<Value>& inputs,
-                                          const std::vector<Value>& inits, const WindowAttrs& w,
-                                          const RegionFn& body) {
-  if (inputs.empty() || inputs.size() != inits.size()) {
-    fail("reduce_window", "needs as many initial values as inputs");
-  }
-  const std::vector<int64_t> in = type(inputs[0]).dims;
-  size_t rank = in.size();
-  if (w.dimensions.size() != rank || w.strides.size() != rank || w.dilations.size() != rank ||
-      w.padding.size() != rank) {
-    fail("reduce_window", "window attributes need one entry per dimension");
-  }
-  std::vector<int64_t> out;
-  std::string padding = "dense<[";
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t padded = in[i] + w.padding[i].first + w.padding[i].second;
-    int64_t span = (w.dimensions[i] - 1) * w.dilations[i] + 1;
-    if (padded < span) fail("reduce_window", "window larger than the padded input");
-    out.push_back((padded - span) / w.strides[i] + 1);
-    padding += (i ? ", [" : "[") + std::to_string(w.padding[i].first) + ", " +
-               std::to_string(w.padding[i].second) + "]";
-  }
-  padding += "]> : tensor<" + std::to_string(rank) + "x2xi64>";
-  std::vector<TensorType> results, scalars;
-  for (Value v : inputs) {
-    results.push_back(TensorType{type(v).type, out});
-    scalars.push_back(TensorType{type(v).type, {}});
-  }
-  std::vector<TensorType> block = scalars;
-  block.insert(block.end(), scalars.begin(), scalars.end());
-  std::vector<std::unique_ptr<Builder>> regions;
-  regions.push_back(region(block, body));
-  std::vector<Value> operands = inputs;
-  operands.insert(operands.end(), inits.begin(), inits.end());
-  return add_multi("reduce_window", operands,
-                   "padding = " + padding + ", window_dilations = " + i64_array(w.dilations) +
-                       ", window_dimensions = " + i64_array(w.dimensions) +
-                       ", window_strides = " + i64_array(w.strides),
-                   results, std::move(regions));
-}
-
-Value Builder::convolution(Value lhs, Value rhs, const ConvAttrs& a,
-                           const std::vector<int64_t>& result_dims, ElementType result_type) {
-  std::string padding = "dense<[";
-  for (size_t i = 0; i < a.padding.size(); ++i) {
-    padding += (i ? ", [" : "[") + std::to_string(a.padding[i].first) + ", " +
-               std::to_string(a.padding[i].second) + "]";
-  }
-  padding += "]> : tensor<" + std::to_string(a.padding.size()) + "x2xi64>";
-  if (a.padding.empty()) padding = "dense<0> : tensor<0x2xi64>";
-  return add_node("convolution", {lhs, rhs},
-                  "batch_group_count = " + std::to_string(a.batch_group_count) +
-                      " : i64, dimension_numbers = #stablehlo.conv<" + a.dimension_numbers +
-                      ">, feature_group_count = " + std::to_string(a.feature_group_count) +
-                      " : i64, lhs_dilation = " + i64_array(a.lhs_dilation) + ", padding = " +
-                      padding + ", rhs_dilation = " + i64_array(a.rhs_dilation) +
-                      ", window_strides = " + i64_array(a.window_strides),
-                  {TensorType{result_type, result_dims}});
-}
-
-std::vector<Value> Builder::rng_bit_generator(Value state, const TensorType& bits_type) {
-  TensorType state_type = type(state);
-  if (state_type != TensorType{ElementType::kU64, {2}}) {
-    fail("rng_bit_generator", "the state must be ui64[2], got " + describe(state_type));
-  }
-  return add_multi("rng_bit_generator", {state},
-                   "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>", {state_type, bits_type},
-                   {});
 }
 
 // --- printing ------------------------------------------------------------------
