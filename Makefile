@@ -10,6 +10,9 @@ STAMPS := $(VENV)/.stamps
 export CMAKE_BUILD_PARALLEL_LEVEL := 2
 
 CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
+# The editable install maps each Python module to its file: adding or
+# removing one needs a reinstall (editing one does not, but costs only seconds).
+PYSRC := $(shell find python -name '*.py' 2>/dev/null)
 
 .PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-compile bench-distributed bench bench-quick torchtitan clean
 
@@ -35,7 +38,7 @@ $(STAMPS)/pip: requirements/dev.txt requirements/plugin-cpu.txt | $(STAMPS)
 # --- builds ----------------------------------------------------------------
 # The extension, installed editable into the venv. Rebuilt when any C++ or
 # build file changes; scikit-build-core reuses build/py-* incrementally.
-$(STAMPS)/build: $(STAMPS)/apt $(STAMPS)/pip pyproject.toml CMakeLists.txt $(CSRC) tools/fetch_pjrt_header.py
+$(STAMPS)/build: $(STAMPS)/apt $(STAMPS)/pip pyproject.toml CMakeLists.txt $(CSRC) tools/fetch_pjrt_header.py $(PYSRC)
 	$(PIP) install -q --no-build-isolation --no-deps -e .
 	@touch $@
 

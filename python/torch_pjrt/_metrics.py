@@ -28,14 +28,14 @@ def metrics() -> dict[str, Any]:
     }
     # torch.compile(backend="tpu"): graphs received, programs compiled for
     # them, calls, and nodes split out to run eagerly (no lowering).
-    from ._compile import compile_counters
+    from ._compile.records import compile_counters
 
     result.update({f"compile_{k}": v for k, v in compile_counters().items()})
     return result
 
 
 def reset_metrics() -> None:
-    from ._compile import reset_compile_counters
+    from ._compile.records import reset_compile_counters
 
     _C._reset_counters()
     _C._distributed.reset_counters()
