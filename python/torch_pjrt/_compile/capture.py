@@ -44,10 +44,15 @@ def decompositions() -> dict:
     if _decompositions is None:
         from torch._decomp import core_aten_decompositions
 
+        from .symbolic_scalars import decompositions as symbolic_scalars
+
         lowered = _graph_ops()
         _decompositions = {
             op: fn for op, fn in core_aten_decompositions().items()
             if not (isinstance(op, torch._ops.OpOverload) and _op_name(op) in lowered)}
+        # Foreach ops with a changing float (a scheduled lr) as per-element
+        # ops, which AOTAutograd can give the float as a program input.
+        _decompositions.update(symbolic_scalars())
     return _decompositions
 
 

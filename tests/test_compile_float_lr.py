@@ -1,0 +1,74 @@
+"""A compiled training step with a plain float lr under an LR scheduler
+compiles while the float first changes and never again: the changing value
+becomes a program input instead of a constant (torch_pjrt._compile.
+symbolic_scalars). Losses and weights match the same loop in eager mode."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_pjrt
+
+NAME = torch_pjrt.settings().device_name
+S = torch.optim.lr_scheduler
+STEPS = 7
+
+
+def linear_warmup(opt):
+    from transformers import get_linear_schedule_with_warmup
+
+    return get_linear_schedule_with_warmup(opt, num_warmup_steps=2, num_training_steps=20)
+
+
+SCHEDULERS = {
+    "LambdaLR": lambda opt: S.LambdaLR(opt, lambda s: 1.0 / (1 + s)),
+    "StepLR": lambda opt: S.StepLR(opt, step_size=1, gamma=0.7),
+    # Also moves Adam's betas[0] every step (cycle_momentum).
+    "OneCycleLR": lambda opt: S.OneCycleLR(opt, max_lr=0.05, total_steps=20),
+    "CosineAnnealingLR": lambda opt: S.CosineAnnealingLR(opt, T_max=10),
+    "linear_warmup": linear_warmup,
+}
+
+
+def train(schedule: str, compiled: bool, clip: bool):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4)).to(NAME)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    sched = SCHEDULERS[schedule](opt)
+    x, y = torch.randn(8, 16).to(NAME), torch.randn(8, 4).to(NAME)
+
+    def step():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    if compiled:
+        step = torch.compile(step, backend="tpu")
+    losses, compiles, lrs = [], [], []
+    for _ in range(STEPS):
+        losses.append(step().item())
+        lrs.append(opt.param_groups[0]["lr"])
+        sched.step()
+        compiles.append(torch_pjrt.metrics()["compile_graph_compiles"])
+    return losses, compiles, lrs, model
+
+
+@pytest.mark.parametrize("clip", [False, True], ids=["plain", "clip_grad_norm"])
+@pytest.mark.parametrize("schedule", list(SCHEDULERS))
+def test_float_lr_under_a_scheduler_compiles_in_the_first_two_steps_only(schedule, clip):
+    eager, _, eager_lrs, eager_model = train(schedule, compiled=False, clip=clip)
+    torch._dynamo.reset()
+    torch_pjrt.reset_metrics()
+    got, compiles, lrs, model = train(schedule, compiled=True, clip=clip)
+    assert isinstance(lrs[0], float) and len(set(lrs)) == STEPS  # a new float every step
+    # Step 1 compiles with the value; step 2 once more with it as an input.
+    assert compiles[2:] == [compiles[1]] * (STEPS - 2), compiles
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(eager), rtol=1e-4, atol=1e-5)
+    for a, b in zip(model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(a.detach().cpu(), b.detach().cpu(), rtol=1e-4, atol=1e-5)
