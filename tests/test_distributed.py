@@ -191,6 +191,8 @@ def test_hf_tp_plan_gives_one_device_logits(two_processes):
 def test_failures_raise_within_the_timeout(tmp_path, case, expect):
     proc = torchrun(2, [os.path.join(HERE, "failures.py"), str(tmp_path), case], {}, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    assert (tmp_path / "rank0.json").exists(), f"rank 0 wrote no report (exit {proc.returncode}):\n" \
+        f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     report = json.load(open(tmp_path / "rank0.json"))
     assert report["error"] is not None, f"{case}: rank 0 raised nothing"
     assert report["is_runtime_error"]

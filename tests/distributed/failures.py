@@ -35,6 +35,9 @@ def case_reduce_op(rank: int) -> None:
 
 
 def case_rank_exits(rank: int) -> None:
+    # Both ranks finish setting up the group (its gloo connections) first:
+    # the case is a rank dying mid-run, not during init_process_group.
+    dist.barrier()
     if rank == 1:
         os._exit(0)  # a rank that dies without a word
     time.sleep(0.5)
