@@ -72,3 +72,58 @@ def test_float_lr_under_a_scheduler_compiles_in_the_first_two_steps_only(schedul
     torch.testing.assert_close(torch.tensor(got), torch.tensor(eager), rtol=1e-4, atol=1e-5)
     for a, b in zip(model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(a.detach().cpu(), b.detach().cpu(), rtol=1e-4, atol=1e-5)
+
+
+def train_variant(mode: str, compiled: bool):
+    """LambdaLR with a float lr and: two accumulated micro-batches per step,
+    bf16 autocast with a GradScaler, or only the model compiled (the
+    optimizer and scheduler outside)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4)).to(NAME)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    sched = S.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+    scaler = torch.amp.GradScaler(NAME) if mode == "grad_scaler" else None
+    xs = [torch.randn(8, 16).to(NAME) for _ in range(2)]
+    y = torch.randn(8, 4).to(NAME)
+    forward = torch.compile(model, backend="tpu") if compiled and mode == "model_only" else model
+
+    def step():
+        total = torch.zeros((), device=NAME)
+        for x in xs if mode == "accumulate" else xs[:1]:
+            if scaler is not None:
+                with torch.autocast(NAME, dtype=torch.bfloat16):
+                    loss = torch.nn.functional.mse_loss(forward(x).float(), y)
+                scaler.scale(loss).backward()
+            else:
+                loss = torch.nn.functional.mse_loss(forward(x), y) / (2 if mode == "accumulate" else 1)
+                loss.backward()
+            total = total + loss.detach()
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad()
+        return total
+
+    if compiled and mode != "model_only":
+        step = torch.compile(step, backend="tpu")
+    losses, compiles = [], []
+    for _ in range(STEPS):
+        losses.append(step().item())
+        sched.step()
+        compiles.append(torch_pjrt.metrics()["compile_graph_compiles"])
+    return losses, compiles
+
+
+@pytest.mark.parametrize("mode", ["accumulate", "grad_scaler", "model_only"])
+def test_float_lr_with_accumulation_grad_scaler_or_only_the_model_compiled(mode):
+    eager, _ = train_variant(mode, compiled=False)
+    torch._dynamo.reset()
+    torch_pjrt.reset_metrics()
+    got, compiles = train_variant(mode, compiled=True)
+    assert compiles[2:] == [compiles[1]] * (STEPS - 2), compiles
+    # bf16 autocast: the compiled and eager programs round differently.
+    tol = dict(rtol=2e-3, atol=1e-3) if mode == "grad_scaler" else dict(rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(eager), **tol)
