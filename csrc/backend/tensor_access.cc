@@ -83,12 +83,12 @@ Value reinterpret_flat(Builder& b, Value flat, int64_t n, ElementType have, Elem
   if (hlo::is_complex(want) != hlo::is_complex(have) ||
       (hlo::is_complex(want) && have != want)) {
     if (hlo::is_complex(have)) {
-      ElementType part = have == ElementType::kC128 ? ElementType::kF64 : ElementType::kF32;
+      ElementType part = hlo::complex_part(have);
       Value re = b.reshape(b.real(flat), {n, 1}), im = b.reshape(b.imag(flat), {n, 1});
       Value parts = b.reshape(b.concatenate({re, im}, 1), {2 * n});
       return reinterpret_flat(b, parts, 2 * n, part, want);
     }
-    ElementType part = want == ElementType::kC128 ? ElementType::kF64 : ElementType::kF32;
+    ElementType part = hlo::complex_part(want);
     int64_t m = n * static_cast<int64_t>(pjrt::byte_width(have)) /
                 static_cast<int64_t>(pjrt::byte_width(part));
     Value parts = b.reshape(reinterpret_flat(b, flat, n, have, part), {m / 2, 2});

@@ -373,18 +373,14 @@ Value Builder::complex(Value re, Value im) {
                               type(re).dims}});
 }
 
-static ElementType part_type(ElementType z) {
-  return z == ElementType::kC128 ? ElementType::kF64 : ElementType::kF32;
-}
-
 Value Builder::real(Value z) {
   if (!is_complex(type(z).type)) fail("real", "needs a complex operand, got " + describe(type(z)));
-  return add_node("real", {z}, "", {TensorType{part_type(type(z).type), type(z).dims}});
+  return add_node("real", {z}, "", {TensorType{complex_part(type(z).type), type(z).dims}});
 }
 
 Value Builder::imag(Value z) {
   if (!is_complex(type(z).type)) fail("imag", "needs a complex operand, got " + describe(type(z)));
-  return add_node("imag", {z}, "", {TensorType{part_type(type(z).type), type(z).dims}});
+  return add_node("imag", {z}, "", {TensorType{complex_part(type(z).type), type(z).dims}});
 }
 
 Value Builder::bitcast_convert(Value x, ElementType to) {

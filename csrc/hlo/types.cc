@@ -31,6 +31,10 @@ bool is_float(ElementType t) {
 
 bool is_complex(ElementType t) { return t == ElementType::kC64 || t == ElementType::kC128; }
 
+ElementType complex_part(ElementType t) {
+  return t == ElementType::kC128 ? ElementType::kF64 : ElementType::kF32;
+}
+
 bool is_signed_int(ElementType t) {
   return t == ElementType::kS8 || t == ElementType::kS16 || t == ElementType::kS32 ||
          t == ElementType::kS64;

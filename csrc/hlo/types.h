@@ -25,6 +25,8 @@ struct TensorType {
 
 bool is_float(ElementType type);  // f16, bf16, f32, f64, f8
 bool is_complex(ElementType type);
+// The type of each part of a complex number: c64 -> f32, c128 -> f64.
+ElementType complex_part(ElementType type);
 bool is_signed_int(ElementType type);
 bool is_unsigned_int(ElementType type);  // includes pred
 bool is_integral(ElementType type);      // signed or unsigned, includes pred

@@ -297,10 +297,10 @@ void register_binary() {
     std::string name = polar ? "polar" : "complex";
     register_lowering("aten::" + name, [polar](LoweringContext& ctx) {
       c10::ScalarType a = ctx.dtype(0), c = ctx.dtype(1);
-      bool ok = [](c10::ScalarType t) {
+      auto part = [](c10::ScalarType t) {
         return t == at::kHalf || t == at::kFloat || t == at::kDouble;
-      }(a) && (c == at::kHalf || c == at::kFloat || c == at::kDouble);
-      TORCH_CHECK(ok, "Expected both inputs to be Half, Float or Double tensors but got ", a,
+      };
+      TORCH_CHECK(part(a) && part(c), "Expected both inputs to be Half, Float or Double tensors but got ", a,
                   " and ", c);
       TORCH_CHECK(a == c, "Expected object of scalar type ", a, " but got scalar type ", c,
                   " for second argument");
