@@ -101,6 +101,22 @@ def test_greedy_generation_matches_cpu_and_second_call_compiles_nothing(cache):
         assert not decode_graphs
 
 
+def test_generation_with_transformers_default_compile_config():
+    """`CompileConfig()` means torch.compile's default backend (inductor);
+    on tpu tensors its graphs go to the tpu backend."""
+    model = tiny("llama", "sdpa")
+    ids = inputs()[0][:1, :8]
+    kwargs = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, cache_implementation="static")
+    expected = model.generate(ids, **kwargs)
+    model.to(NAME)
+    torch._dynamo.reset()
+    torch_pjrt.reset_compile_report()
+    got = model.generate(ids.to(NAME), compile_config=transformers.CompileConfig(), **kwargs)
+    assert torch.equal(got.cpu(), expected)
+    counters = torch_pjrt._compile.compile_counters()
+    assert counters["graphs_routed_from_inductor"] >= 1 and counters["graph_eager_nodes"] == 0
+
+
 def test_sampling_is_reproducible():
     model = tiny("llama", "sdpa").to(NAME)
     ids = inputs()[0][:1, :8].to(NAME)

@@ -40,9 +40,11 @@ def _register_device() -> None:
     # keeps every Parameter's identity, so ties survive the move.
     torch.__future__.set_swap_module_params_on_conversion(True)
     from . import _accelerate, _fused_optim
+    from ._compile import default_backend
 
     _fused_optim.register()
     _accelerate.install(name)
+    default_backend.install()
     if torch.distributed.is_available():
         from . import distributed
 

@@ -26,12 +26,11 @@ they already are), so importing torch_pjrt does not import accelerate.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
-from typing import Optional
 
 import torch
+
+from ._import_hooks import when_imported
 
 _STATE = "accelerate.state"
 _MODELING = "accelerate.utils.modeling"
@@ -107,40 +106,6 @@ def _patch(module, device_name: str) -> None:
     cls.default_device = property(default_device)
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, inner: importlib.abc.Loader, device_name: str) -> None:
-        self._inner = inner
-        self._device_name = device_name
-
-    def create_module(self, spec):
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module) -> None:
-        self._inner.exec_module(module)
-        _patch(module, self._device_name)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    def __init__(self, device_name: str) -> None:
-        self._device_name = device_name
-
-    def find_spec(self, fullname: str, path, target=None) -> Optional[importlib.machinery.ModuleSpec]:
-        if fullname not in _TARGETS:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader, self._device_name)
-                return spec
-        return None
-
-
 def install(device_name: str) -> None:
     for target in _TARGETS:
-        if target in sys.modules:
-            _patch(sys.modules[target], device_name)
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder(device_name))
+        when_imported(target, lambda module: _patch(module, device_name))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 EAGER_MODES = ("strict", "debug", "fused")
 FALLBACK_MODES = ("allow", "warn", "error")
+INDUCTOR_MODES = ("tpu", "inductor")
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class Settings:
     cpu_devices: int
     cache_dir: str  # "" disables the disk cache
     dump_dir: str  # "" when unset
+    inductor: str  # where torch.compile()'s default sends graphs on the device
 
 
 def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
@@ -74,4 +76,5 @@ def settings() -> Settings:
         cpu_devices=_positive_int("TORCH_PJRT_CPU_DEVICES", 1),
         cache_dir=_cache_dir(),
         dump_dir=os.environ.get("TORCH_PJRT_DUMP_DIR", "").strip(),
+        inductor=_choice("TORCH_PJRT_INDUCTOR", "tpu", INDUCTOR_MODES),
     )

@@ -35,7 +35,8 @@ class GraphRecord:
 
 
 _records: list[GraphRecord] = []
-_counters = {"graphs": 0, "graph_compiles": 0, "graph_calls": 0, "graph_eager_nodes": 0}
+_counters = {"graphs": 0, "graph_compiles": 0, "graph_calls": 0, "graph_eager_nodes": 0,
+             "graphs_routed_from_inductor": 0}
 
 
 def compile_report() -> list[dict[str, Any]]:
