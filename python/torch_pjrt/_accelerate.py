@@ -18,7 +18,9 @@ device of this backend's free memory (`torch.<device>.mem_get_info`) and the
 CPU's. Budgets given as `max_memory={0: "2GiB", 1: ...}` are checked against
 this backend's devices (accelerate checks integer keys against torch.cuda
 and would warn that device 0 is not available); an integer key is
-`torch.device(i)`, the current accelerator's device i.
+`torch.device(i)`, the current accelerator's device i. And accelerate's enum
+of Dynamo backends gains "TPU", so `TrainingArguments(torch_compile=True,
+torch_compile_backend="tpu")` reaches `torch.compile(backend="tpu")`.
 
 The patches are applied when their modules are first imported (or at once if
 they already are), so importing torch_pjrt does not import accelerate.
@@ -34,7 +36,8 @@ from ._import_hooks import when_imported
 
 _STATE = "accelerate.state"
 _MODELING = "accelerate.utils.modeling"
-_TARGETS = (_STATE, _MODELING)
+_DATACLASSES = "accelerate.utils.dataclasses"
+_TARGETS = (_STATE, _MODELING, _DATACLASSES)
 
 
 def _ours(device_name: str) -> bool:
@@ -85,9 +88,27 @@ def _patch_max_memory(module, device_name: str) -> None:
             setattr(other, attr, get_max_memory)
 
 
+def _add_dynamo_backend(module) -> None:
+    """accelerate checks a Trainer's `torch_compile_backend` against a fixed
+    enum of Dynamo backends (`DynamoBackend("TPU")` raises ValueError), then
+    calls `torch.compile(model, backend=value.lower())`. The enum gains a
+    member for this package's backend, registered with Dynamo as "tpu"."""
+    cls = getattr(module, "DynamoBackend", None)
+    if cls is None or "TPU" in cls._value2member_map_:
+        return
+    member = str.__new__(cls, "TPU")
+    member._name_ = member._value_ = "TPU"
+    cls._member_map_["TPU"] = member
+    cls._value2member_map_["TPU"] = member
+    cls._member_names_.append("TPU")
+
+
 def _patch(module, device_name: str) -> None:
     if module.__name__ == _MODELING:
         _patch_max_memory(module, device_name)
+        return
+    if module.__name__ == _DATACLASSES:
+        _add_dynamo_backend(module)
         return
     cls = getattr(module, "PartialState", None)
     prop = getattr(cls, "default_device", None) if cls is not None else None
