@@ -117,6 +117,34 @@ def test_generation_with_transformers_default_compile_config():
     assert counters["graphs_routed_from_inductor"] >= 1 and counters["graph_eager_nodes"] == 0
 
 
+def test_prompts_padded_to_a_bucket_compile_nothing_new():
+    """Static cache, compiled decode: prompts of 5 and 7 tokens, both
+    left-padded to the 8 bucket. The second generate() compiles no program
+    and each gives the tokens of its unpadded prompt on CPU."""
+    from torch_pjrt.bucketing import pad_prompt
+
+    model = tiny("llama", "sdpa")
+    ids = inputs()[0]
+    kwargs = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False,
+                  cache_implementation="static")
+    prompts = [ids[:1, :5], ids[1:2, :7]]
+    expected = [model.generate(p, **kwargs)[:, p.shape[1]:] for p in prompts]
+    model.to(NAME)
+    torch._dynamo.reset()
+    compiled = []
+    for prompt, want in zip(prompts, expected):
+        padded = pad_prompt(prompt.to(NAME), (8, 16), pad_token_id=0)
+        assert padded["input_ids"].shape == (1, 8)
+        torch_pjrt.reset_metrics()
+        got = model.generate(**padded, **kwargs).cpu()
+        m = torch_pjrt.metrics()
+        compiled.append(m["compilations"] + m["cache_hits_disk"])
+        assert torch.equal(got[:, 8:], want)
+    assert compiled[0] > 0 and compiled[1] == 0, compiled
+    with pytest.raises(ValueError, match="longer than the largest bucket"):
+        pad_prompt(torch.zeros(1, 17, dtype=torch.long), (8, 16), pad_token_id=0)
+
+
 def test_sampling_is_reproducible():
     model = tiny("llama", "sdpa").to(NAME)
     ids = inputs()[0][:1, :8].to(NAME)

@@ -13,6 +13,13 @@ usual Hugging Face fields on the right with values that mask themselves:
 every real position's logits and the loss unchanged (asserted in
 tests/test_compile.py). A field it does not know raises, rather than being
 padded with a value that might be read.
+
+`pad_prompt` does the same for generation, on the left: a decoder-only
+model continues from the last position, so prompts are padded in front and
+masked, and `generate()` derives positions from the mask. With a static
+cache and a compiled decode step, a prompt of a new length inside a bucket
+then compiles nothing new (asserted in tests/test_transformers.py); the
+generated tokens are those of the unpadded prompt.
 """
 
 from __future__ import annotations
@@ -66,3 +73,26 @@ def pad_batch(batch: Mapping[str, torch.Tensor], buckets: Sequence[int], *,
         pad = torch.full(shape, values[key], dtype=tensor.dtype, device=tensor.device)
         out[key] = torch.cat([tensor, pad], dim=dim)
     return out
+
+
+def pad_prompt(input_ids: torch.Tensor, buckets: Sequence[int], *, pad_token_id: int,
+               attention_mask: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+    """Left-pads a batch of prompts (batch, length) up to the bucket that
+    holds `length`; returns `input_ids` and an `attention_mask` that is 0
+    over the padding, ready for `model.generate(**padded)`."""
+    if input_ids.dim() != 2:
+        raise ValueError(f"pad_prompt: input_ids must be (batch, length), got shape "
+                         f"{tuple(input_ids.shape)}")
+    if attention_mask is None:
+        attention_mask = torch.ones(input_ids.shape, dtype=torch.long, device=input_ids.device)
+    elif attention_mask.shape != input_ids.shape:
+        raise ValueError(f"pad_prompt: attention_mask shape {tuple(attention_mask.shape)} "
+                         f"differs from input_ids shape {tuple(input_ids.shape)}")
+    extra = bucket_size(input_ids.shape[1], buckets) - input_ids.shape[1]
+    if extra == 0:
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+    rows = input_ids.shape[0]
+    ids_pad = torch.full((rows, extra), pad_token_id, dtype=input_ids.dtype, device=input_ids.device)
+    mask_pad = torch.zeros((rows, extra), dtype=attention_mask.dtype, device=attention_mask.device)
+    return {"input_ids": torch.cat([ids_pad, input_ids], 1),
+            "attention_mask": torch.cat([mask_pad, attention_mask], 1)}
