@@ -127,3 +127,59 @@ def test_float_lr_with_accumulation_grad_scaler_or_only_the_model_compiled(mode)
     # bf16 autocast: the compiled and eager programs round differently.
     tol = dict(rtol=2e-3, atol=1e-3) if mode == "grad_scaler" else dict(rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(eager), **tol)
+
+
+def test_optimizer_step_with_float_lr_is_one_program():
+    """The lr becomes a 0-d CPU tensor input; its arithmetic is computed in
+    the optimizer's program instead of splitting it (it was 10 programs)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4)).to(NAME)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    sched = SCHEDULERS["CosineAnnealingLR"](opt)
+    x, y = torch.randn(8, 16).to(NAME), torch.randn(8, 4).to(NAME)
+
+    @torch.compile(backend="tpu")
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss.detach()
+
+    torch._dynamo.reset()
+    for _ in range(3):
+        step()
+        sched.step()
+    before = {g["name"]: g["calls"] for g in torch_pjrt.compile_report()}
+    torch_pjrt.reset_metrics()
+    step()
+    sched.step()
+    executions = torch_pjrt.metrics()["executions"]
+    ran = [g for g in torch_pjrt.compile_report() if g["calls"] > before.get(g["name"], 0)]
+    assert ran and all(g["regions"] == 1 and g["eager_ops"] == {} for g in ran), ran
+    print(f"programs per compiled step: {executions} ({len(ran)} graphs)")
+    assert executions <= len(ran) + 1
+
+
+def test_host_scalar_arithmetic_joins_the_program_only_when_it_stays_inside():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_pjrt._compile.capture import supported_nodes
+
+    def f(x, s):
+        return x * (s * 2 + 1), s * 3
+
+    x, s = torch.randn(4, device=NAME), torch.tensor(0.5)
+    gm = make_fx(f)(x, s)
+    kept = {n.name for n in supported_nodes(gm)}
+    ops = [n for n in gm.graph.nodes if n.op == "call_function"]
+    inner, returned = [n.name for n in ops if n.name != ops[-1].name], ops[-1].name
+    assert set(inner) <= kept and returned not in kept, (kept, [n.format_node() for n in ops])
+    torch._dynamo.reset()
+    got = torch.compile(f, backend="tpu")(x, s)
+    expected = f(x.cpu(), s)
+    assert got[0].device.type == NAME and got[1].device.type == "cpu"
+    torch.testing.assert_close(got[0].cpu(), expected[0])
+    torch.testing.assert_close(got[1], expected[1])

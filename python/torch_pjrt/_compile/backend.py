@@ -9,7 +9,7 @@ from typing import Callable
 import torch
 import torch.fx
 
-from .capture import _node_supported, _op_name, decompositions
+from .capture import _op_name, decompositions, supported_nodes
 from .lowering import _Unlowerable
 from .records import GraphRecord, _counters, _graph_ids, _lock, _records, _retrace_reasons
 from .region import _Region
@@ -51,7 +51,8 @@ def _build(gm: torch.fx.GraphModule, kind: str, base: str) -> Callable:
     with _lock:
         _records.append(record)
         _counters["graphs"] += 1
-    unsupported = [n for n in nodes if not _node_supported(n)]
+    supported = supported_nodes(gm)
+    unsupported = [n for n in nodes if n not in supported]
     if not unsupported:
         record.regions = 1
         region = _Region(gm, record, name)
@@ -66,7 +67,7 @@ def _build(gm: torch.fx.GraphModule, kind: str, base: str) -> Callable:
 
     class Support(OperatorSupportBase):
         def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
-            return node.op == "call_function" and _node_supported(node) and \
+            return node.op == "call_function" and node in supported and \
                 isinstance(node.target, torch._ops.OpOverload)
 
     partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)

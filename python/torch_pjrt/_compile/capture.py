@@ -88,6 +88,27 @@ def _foreach_element_op(target: torch._ops.OpOverload) -> Optional[Callable]:
     return getattr(_aten, _FOREACH_ELEMENT.get(element, element), None)
 
 
+_convert_element_type = torch.ops.prims.convert_element_type.default
+
+
+def _is_host_scalar(v: Any) -> bool:
+    """A 0-d CPU tensor: a float AOTAutograd turned into a program input (a
+    scheduled lr) and the arithmetic on it, which eager mode would also
+    accept next to device tensors."""
+    return isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dim() == 0
+
+
+def _lowerable_target(node: torch.fx.Node) -> bool:
+    target = node.target
+    if target is _convert_element_type:
+        return True  # lowered as _to_copy(dtype=)
+    if target.namespace != "aten" or target is _aten.copy_.default:
+        return False
+    if target._schema.name.startswith("aten::_foreach_"):
+        return False
+    return _op_name(target) in _graph_ops()
+
+
 def _node_supported(node: torch.fx.Node) -> bool:
     if node.op != "call_function":
         return True
@@ -114,3 +135,25 @@ def _node_supported(node: torch.fx.Node) -> bool:
         return packet is not None and any(
             _op_name(getattr(packet, o)) in _graph_ops() for o in packet.overloads())
     return _op_name(target) in _graph_ops()
+
+
+def supported_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """The call nodes that can go into a program. Besides every node
+    `_node_supported` takes, a node computing a 0-d CPU tensor (the lr's
+    arithmetic) is computed in the program too, when everything that reads
+    it is in a program as well: its value never has to come back to the
+    host. Without this, each such node split the optimizer graph into
+    another program (10 per AdamW step)."""
+    supported = {n for n in gm.graph.nodes if n.op == "call_function" and _node_supported(n)}
+    scalars = {n for n in gm.graph.nodes
+               if n.op == "call_function" and n not in supported
+               and isinstance(n.target, torch._ops.OpOverload)
+               and _is_host_scalar(n.meta.get("val")) and _lowerable_target(n)}
+    changed = True
+    while changed:
+        changed = False
+        for n in list(scalars):
+            if any(u not in supported and u not in scalars for u in n.users):
+                scalars.discard(n)
+                changed = True
+    return supported | scalars

@@ -15,7 +15,8 @@ import torch
 import torch.fx
 
 from .. import _C
-from .capture import _NO_OPS, _aten, _foreach_element_op, _graph_ops, _is_device_value, _op_name
+from .capture import (_NO_OPS, _aten, _convert_element_type, _foreach_element_op, _graph_ops,
+                      _is_device_value, _op_name)
 from .lowering import (_bind, _concrete, _expected, _Lowered, _pick_overload, _Unlowerable)
 from .records import CompileRecord, GraphRecord, _counters, _lock, _retrace_reasons
 
@@ -189,6 +190,10 @@ class _Region:
                 continue
             if name.startswith("_foreach_"):
                 env[node] = self._emit_foreach(target, node, value, emit)
+                continue
+            if target is _convert_element_type:
+                env[node] = emit("aten::_to_copy", [value(node.args[0])],
+                                 {"dtype": node.args[1]}, meta)
                 continue
             op = _op_name(target)
             if op not in _graph_ops():
