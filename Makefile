@@ -57,7 +57,7 @@ test: test-cpp test-python
 test-cpp: cpp
 	ctest --test-dir build/cpp -j2 --output-on-failure
 
-test-python: build
+test-python: build $(STAMPS)/bench-pip
 	$(PY) -m pytest -q tests
 
 demo: build
@@ -76,7 +76,7 @@ bench-runtime: cpp
 bench-eager: build
 	$(PY) benchmarks/eager_ops.py
 
-bench-compile: build
+bench-compile: build $(STAMPS)/bench-pip
 	$(PY) benchmarks/compile.py
 
 bench-distributed: build

@@ -87,6 +87,13 @@ class CellResult:
     gflops: Optional[float] = None
     compilations_first_step: Optional[int] = None
     compilations_after_warmup: Optional[int] = None
+    # From step 3 to the last timed step: torch-pjrt programs plus graphs
+    # Dynamo captured (inductor's compilations count here), and the steps.
+    compilations_after_step2: Optional[int] = None
+    steps_after_step2: int = 0
+    dynamo_graphs: Optional[int] = None  # captured over the whole cell
+    compilations_total: Optional[int] = None  # programs + Dynamo graphs, whole cell
+    programs_per_step: Optional[float] = None  # executions on the device
     fallbacks: Optional[int] = None
     host_syncs_per_step: Optional[float] = None
     peak_host_rss_mib: Optional[float] = None
@@ -140,6 +147,10 @@ def compare(got: Any, expected: Any, how: str, rtol: float, atol: float) -> tupl
         return False, float("inf"), f"{len(g)} outputs where CPU gives {len(e)}"
     worst = 0.0
     for i, (a, b) in enumerate(zip(g, e)):
+        if not isinstance(a, torch.Tensor) and hasattr(a, "__array__"):  # a JAX array
+            import numpy
+
+            a = torch.from_numpy(numpy.array(a))
         a = torch.as_tensor(a).detach().cpu()
         b = torch.as_tensor(b).detach().cpu()
         if a.shape != b.shape:
@@ -218,15 +229,54 @@ def reference(workload: Workload, cpu_mode: Mode) -> tuple[list, Optional[float]
     return outputs, flops
 
 
+def _dynamo_graphs() -> int:
+    """Graphs Dynamo has captured in this process (any backend)."""
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def _counters() -> dict:
+    out = {"compilations": 0, "fallbacks": 0, "host_syncs": 0, "executions": 0}
     try:
         import torch_pjrt
 
         m = torch_pjrt.metrics()
-        return {"compilations": m["compilations"] + m["cache_hits_disk"],
-                "fallbacks": sum(m["fallback_ops"].values()), "host_syncs": m["host_syncs"]}
+        out = {"compilations": m["compilations"] + m["cache_hits_disk"],
+               "fallbacks": sum(m["fallback_ops"].values()), "host_syncs": m["host_syncs"],
+               "executions": m["executions"]}
     except Exception:
-        return {"compilations": 0, "fallbacks": 0, "host_syncs": 0}
+        pass
+    out["dynamo_graphs"] = _dynamo_graphs()
+    import sys
+
+    jax_forms = sys.modules.get("torch_pjrt.bench.jax_forms")
+    if jax_forms is not None:  # a JAX cell: XLA compilations JAX did
+        out["compilations"] += jax_forms.compilations()
+    return out
+
+
+def _all_compilations(c: dict) -> int:
+    return c["compilations"] + c["dynamo_graphs"]
+
+
+class _Counted:
+    """Counts a case's steps and snapshots the counters after the second."""
+
+    def __init__(self, case: Case) -> None:
+        self.case, self.steps, self.after_two = case, 0, None
+
+    def step(self):
+        out = self.case.step()
+        self.steps += 1
+        if self.steps == 2:
+            self.case.sync()
+            self.after_two = _counters()
+        return out
 
 
 def run_cell(workload: Workload, mode: Mode, cpu_mode: Mode, *, repeats: int = 5,
@@ -249,6 +299,8 @@ def run_cell(workload: Workload, mode: Mode, cpu_mode: Mode, *, repeats: int = 5
         with PeakSampler() as sampler:
             before = _counters()
             case = workload.build(mode)
+            counted = _Counted(case)
+            case = Case(step=counted.step, sync=case.sync)
             start = time.perf_counter()
             outputs = [case.step()]
             case.sync()
@@ -290,11 +342,26 @@ def run_cell(workload: Workload, mode: Mode, cpu_mode: Mode, *, repeats: int = 5
                 case.sync()
                 samples.append((time.perf_counter() - t) / n)
             after = _counters()
+            # At least 100 steps after the second, for the recompile count
+            # per 100 steps (within a few seconds' budget).
+            extra_start = time.perf_counter()
+            while counted.steps < 102 and time.perf_counter() - extra_start < 20.0:
+                case.step()
+            case.sync()
+            final = _counters()
         result.step_samples = samples
         result.step_s = statistics.median(samples)
         result.step_spread = spread(samples)
         result.compilations_after_warmup = after["compilations"] - counters["compilations"]
-        result.fallbacks = after["fallbacks"] - before["fallbacks"]
+        if counted.after_two is not None:
+            result.compilations_after_step2 = (_all_compilations(final)
+                                               - _all_compilations(counted.after_two))
+            result.steps_after_step2 = counted.steps - 2
+        result.dynamo_graphs = final["dynamo_graphs"] - before["dynamo_graphs"]
+        result.compilations_total = _all_compilations(final) - _all_compilations(before)
+        if mode.on_device and mode.device != "jax":
+            result.programs_per_step = (after["executions"] - counters["executions"]) / (n * repeats)
+        result.fallbacks = final["fallbacks"] - before["fallbacks"]
         result.host_syncs_per_step = (after["host_syncs"] - counters["host_syncs"]) / (n * repeats)
         result.peak_host_rss_mib = round(sampler.peak, 1)
         if device_stats:

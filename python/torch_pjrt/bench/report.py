@@ -89,13 +89,14 @@ def markdown(run: dict[str, Any]) -> str:
     device_modes = [m for m in modes if m.startswith("tpu")]
     if device_modes:
         lines += ["## Summary: torch-pjrt's fastest mode per workload", "",
-                  "| workload | best mode | vs CPU eager | vs inductor (CPU) | vs torchax (best) | "
-                  "first step | warm-up |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+                  "| workload | best mode | vs CPU eager | vs inductor (CPU) | vs JAX jit (same plugin) "
+                  "| vs torchax (best) | first step (vs JAX jit's) | warm-up |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for w in workloads:
             cells = [c for m in device_modes
                      if (c := _cell(results, w["name"], m)) and c["status"] == "ok"]
             if not cells:
-                lines.append(f"| {w['name']} | none ran | — | — | — | — | — |")
+                lines.append(f"| {w['name']} | none ran | — | — | — | — | — | — |")
                 continue
             best = min(cells, key=lambda c: c["step_s"])
 
@@ -106,9 +107,14 @@ def markdown(run: dict[str, Any]) -> str:
                     return "n/a"
                 return f"{min(o['step_s'] for o in others) / best['step_s']:.2f}x"
 
+            jax = _cell(results, w["name"], "jax_jit")
+            first = fmt_time(best["first_step_s"])
+            if jax and jax["status"] == "ok":
+                first += f" ({best['first_step_s'] / jax['first_step_s']:.1f}x)"
             lines.append(f"| {w['name']} | {best['mode']} | {versus([BASELINE])} | "
-                         f"{versus(['cpu_inductor'])} | {versus(['torchax_eager', 'torchax_jit'])} | "
-                         f"{fmt_time(best['first_step_s'])} | {fmt_time(best['warmup_s'])} |")
+                         f"{versus(['cpu_inductor'])} | {versus(['jax_jit'])} | "
+                         f"{versus(['torchax_eager', 'torchax_jit'])} | "
+                         f"{first} | {fmt_time(best['warmup_s'])} |")
         lines += ["", "Ratios are the other mode's step time over the best mode's: above 1x "
                   "torch-pjrt is faster; n/a: that baseline did not run (see the notes).", ""]
     lines += ["## Steps/s relative to CPU PyTorch eager (higher is faster)", "",
@@ -134,17 +140,26 @@ def markdown(run: dict[str, Any]) -> str:
     lines += _mode_table(
         "First step (compilation included) / warm-up after it", results, workloads, modes,
         lambda c: f"{fmt_time(c['first_step_s'])} / {fmt_time(c['warmup_s'])}")
-    lines += ["## Compilations (first step / after warm-up), CPU fallbacks, host syncs per step, "
-              "peak memory (host RSS MiB / device MiB)", "",
-              "| workload | mode | compiles | fallbacks | syncs/step | peak RSS | peak device |",
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines += ["## Compilations, programs per step, CPU fallbacks, host syncs per step, peak memory",
+              "", "compiles: torch-pjrt programs in the first step / after warm-up; Dynamo graphs: "
+              "captured in the whole cell (any backend); after step 2: programs and Dynamo graphs "
+              "per 100 steps from step 3 on; peak memory: host RSS MiB / device MiB.", "",
+              "| workload | mode | compiles | Dynamo graphs | after step 2 /100 steps | programs/step "
+              "| fallbacks | syncs/step | peak RSS | peak device |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for w in workloads:
         for m in modes:
             c = _cell(results, w["name"], m)
             if not c or c["status"] != "ok":
                 continue
+            later = c.get("compilations_after_step2")
+            per100 = (f"{100 * later / c['steps_after_step2']:.1f} ({later} in "
+                      f"{c['steps_after_step2']})" if later is not None and c.get("steps_after_step2")
+                      else "n/a")
             lines.append(f"| {w['name']} | {m} | {c['compilations_first_step']} / "
-                         f"{c['compilations_after_warmup']} | {c['fallbacks']} | "
+                         f"{c['compilations_after_warmup']} | {fmt_num(c.get('dynamo_graphs'))} | "
+                         f"{per100} | "
+                         f"{fmt_num(c.get('programs_per_step'))} | {c['fallbacks']} | "
                          f"{fmt_num(c['host_syncs_per_step'])} | {fmt_num(c['peak_host_rss_mib'])} | "
                          f"{fmt_num(c['peak_device_mib'])} |")
     lines.append("")

@@ -59,6 +59,16 @@ def _no_torchax() -> Optional[str]:
     return "torchax imports here, but the harness has no torchax forms of the workloads yet"
 
 
+def _no_jax() -> Optional[str]:
+    from . import jax_forms
+
+    return jax_forms.unavailable()
+
+
+_JAX = ("jax", "jax_cpu")
+_NO_JAX_FORM = "the harness has no JAX form of this workload"
+
+
 def modes() -> dict[str, Mode]:
     dev = _device_name()
     return {m.name: m for m in [
@@ -74,6 +84,10 @@ def modes() -> dict[str, Mode]:
         Mode("cuda_eager", "cuda", description="CUDA PyTorch eager", unavailable=_no_cuda),
         Mode("cuda_inductor", "cuda", "inductor", description="torch.compile inductor on CUDA",
              unavailable=_no_cuda),
+        Mode("jax_jit", "jax", "jax", description="JAX jax.jit (plain jnp forms, same weights) "
+             "on the PJRT plugin torch-pjrt uses", unavailable=_no_jax),
+        Mode("jax_jit_cpu", "jax", "jax_cpu", description="JAX jax.jit on jaxlib's own CPU client",
+             unavailable=_no_jax),
         Mode("torchax_eager", "jax", "torchax_eager", description="torchax eager (PyTorch on JAX)",
              unavailable=_no_torchax),
         Mode("torchax_jit", "jax", "torchax_jit", description="torchax jax_jit",
@@ -107,23 +121,20 @@ def _compile(fn: Callable, mode: Mode) -> Callable:
     return fn
 
 
+_T_MAX = 10_000  # the cosine schedule's period, in steps
+
+
 def _train_case(make_model: Callable[[], torch.nn.Module], make_batch: Callable[[], tuple],
                 loss_fn: Callable, mode: Mode, lr: float = 1e-3) -> Case:
-    """zero_grad, forward, loss, backward, clip_grad_norm_(1.0), AdamW step;
-    the cosine schedule changes the learning rate every step (a tensor in
-    compiled modes, so that is no recompile)."""
+    """zero_grad, forward, loss, backward, clip_grad_norm_(1.0), AdamW step
+    with a plain float lr that the cosine schedule changes every step, as
+    users write it, in every mode (compiled modes must not recompile for it)."""
     dev = mode.device
     torch.manual_seed(0)
     model = make_model().to(dev).train()
     batch = tuple(t.to(dev) for t in make_batch())
-    compiled = mode.compiler is not None
-    # Compiled modes take the learning rate as a tensor (a float would be a
-    # graph constant, recompiled at every scheduler step): capturable on the
-    # device; on the CPU, where capturable is not offered, the for-loop form.
-    capturable = compiled and dev != "cpu"
-    opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(lr, device=dev) if compiled else lr,
-                            foreach=capturable or not compiled, capturable=capturable)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10_000)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=_T_MAX)
     params = list(model.parameters())
 
     def train_step():
@@ -191,10 +202,24 @@ def _lm_loss(model, ids):
     return model(input_ids=ids, labels=ids).loss
 
 
+def _llama_train(mode: Mode, batch: int, seq: int, lr: float) -> Case:
+    if mode.compiler in _JAX:
+        from . import jax_forms
+
+        torch.manual_seed(0)
+        (ids,) = _tokens(batch, seq)()
+        return jax_forms.llama_train(mode, _tiny_llama(), ids, lr=lr, t_max=_T_MAX)
+    return _train_case(_tiny_llama, _tokens(batch, seq), _lm_loss, mode, lr=lr)
+
+
 def _llama_fwd(mode: Mode, batch: int, seq: int) -> Case:
     dev = mode.device
     model = _tiny_llama().eval()
     (ids,) = _tokens(batch, seq)()
+    if mode.compiler in _JAX:
+        from . import jax_forms
+
+        return jax_forms.llama_fwd(mode, model, ids)
     model.to(dev)
     ids = ids.to(dev)
     forward = _compile(model, mode)
@@ -271,6 +296,10 @@ def _minilm(mode: Mode, batch: int) -> Case:
 def _matmul(mode: Mode, n: int) -> Case:
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    if mode.compiler in _JAX:
+        from . import jax_forms
+
+        return jax_forms.matmul(mode, a, b)
     dev = mode.device
     a, b = a.to(dev), b.to(dev)
     fn = _compile(torch.matmul, mode)
@@ -286,24 +315,25 @@ def workloads(quick: bool = False) -> dict[str, Workload]:
     minilm_batch = 8 if quick else 16
     n = 1024 if quick else 2048
     new_tokens = 32
+    no_jax = {"jax_jit": _NO_JAX_FORM, "jax_jit_cpu": _NO_JAX_FORM}
     return {w.name: w for w in [
         Workload("mlp_train", f"MLP 64-256-256-1, batch {mlp_batch}, AdamW step",
                  lambda m: _train_case(_mlp, _mlp_batch(mlp_batch),
                                        lambda model, x, y: F.mse_loss(model(x), y), m, lr=1e-2),
-                 check_steps=3, rtol=1e-4, atol=1e-5),
+                 check_steps=3, rtol=1e-4, atol=1e-5, unsupported=no_jax),
         Workload("cnn_train", f"CNN 2 conv+BN, {cnn_batch}x3x32x32, AdamW step",
                  lambda m: _train_case(_cnn, _cnn_batch(cnn_batch),
                                        lambda model, x, y: F.cross_entropy(model(x), y), m),
-                 check_steps=3, rtol=1e-4, atol=1e-5),
+                 check_steps=3, rtol=1e-4, atol=1e-5, unsupported=no_jax),
         Workload("llama_fwd", f"tiny Llama forward, batch 8x{seq}",
                  lambda m: _llama_fwd(m, 8, seq), rtol=1e-4, atol=1e-4),
         Workload("llama_train", f"tiny Llama training step, batch 8x{seq}",
-                 lambda m: _train_case(_tiny_llama, _tokens(8, seq), _lm_loss, m, lr=3e-3),
+                 lambda m: _llama_train(m, 8, seq, lr=3e-3),
                  check_steps=3, rtol=1e-4, atol=1e-4),
         Workload("llama_decode", f"tiny Llama greedy decode, {new_tokens} tokens, static cache",
-                 lambda m: _llama_decode(m, new_tokens), check="equal"),
+                 lambda m: _llama_decode(m, new_tokens), check="equal", unsupported=no_jax),
         Workload("minilm_embed", f"all-MiniLM-L6-v2 (real weights), {minilm_batch} sentences",
-                 lambda m: _minilm(m, minilm_batch), rtol=1e-4, atol=1e-5),
+                 lambda m: _minilm(m, minilm_batch), rtol=1e-4, atol=1e-5, unsupported=no_jax),
         Workload("matmul", f"fp32 matmul {n}x{n} @ {n}x{n}",
                  lambda m: _matmul(m, n), rtol=1e-4, atol=2e-3),
     ]}
