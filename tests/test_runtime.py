@@ -136,6 +136,20 @@ def test_new_process_loads_from_disk_cache(python_in_subprocess, tmp_path):
     assert json.loads(second.stdout) == "disk"
 
 
+def test_compiler_flags_are_part_of_the_cache_key(python_in_subprocess, tmp_path):
+    """XLA_FLAGS change what the plugin compiles: an executable cached under
+    other flags is not loaded."""
+    code = f"""
+        import json, torch_pjrt.runtime as rt
+        print(json.dumps(rt.compile_with_source({ADD!r}).source))
+    """
+    cache = {"TORCH_PJRT_CACHE_DIR": str(tmp_path / "cache"), "XLA_FLAGS": ""}
+    flagged = dict(cache, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
+    runs = [python_in_subprocess(code, env) for env in (cache, flagged, flagged, cache)]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert [json.loads(r.stdout) for r in runs] == ["compiled", "compiled", "disk", "disk"]
+
+
 def test_empty_cache_dir_disables_disk_cache(python_in_subprocess):
     code = f"""
         import torch_pjrt.runtime as rt

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -188,6 +189,15 @@ void Plugin::initialize() {
               std::to_string(plugin_version_.minor) + ";file=" + file_fingerprint(path_);
   for (const char* key : {"xla_version", "stablehlo_current_version", "stablehlo_minimum_version"}) {
     if (auto value = attribute(key)) identity_ += std::string(";") + key + "=" + value->value_string();
+  }
+  // The XLA plugins read their compiler flags from these variables when
+  // they start; the flags change the code an executable holds (XNNPACK
+  // dots, fast math, the runtime), so an executable compiled under other
+  // flags must not be loaded from the disk cache. They are the plugin's
+  // inputs, not torch-pjrt settings, hence read here.
+  for (const char* name : {"XLA_FLAGS", "LIBTPU_INIT_ARGS"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') identity_ += std::string(";") + name + "=" + value;
   }
 }
 
