@@ -85,7 +85,8 @@ class _Region:
         tensors = []
         for i in lowered.tensor_args:
             tensors.append(args[i] if i >= 0 else self._constant(-1 - i, lowered.device))
-        results = lowered.program.run(tensors, lowered.device, lowered.mutations)
+        results = (lowered.program.run(tensors, lowered.device, lowered.mutations)
+                   if lowered.program is not None else [])
         out = []
         for kind, v in lowered.plan:
             if kind == "result":
@@ -174,6 +175,11 @@ class _Region:
             if name in _NO_OPS:
                 env[node] = None
                 continue
+            if target is _aten.detach.default or target is _aten.alias.default:
+                # The same value in a functional graph; an output that is
+                # one of an input is rebuilt as an alias by AOTAutograd.
+                env[node] = value(node.args[0])
+                continue
             if target is _aten.sym_size.int or target is _aten.sym_numel.default or \
                     target is _aten.sym_stride.int:
                 env[node] = _concrete(meta, bindings)
@@ -221,6 +227,12 @@ class _Region:
             mutation_pairs.append((idx, len(program_outputs)))
             program_outputs.append(ref)
 
+        if not program_outputs:
+            # Nothing computed (a graph of `loss.detach()` alone): no program.
+            lowered = _Lowered(None, plan, [], tensor_args, device)
+            self.programs[sig] = lowered
+            self.seen.append(sig)
+            return lowered
         reason = self._reason(sig)
         before = _C._counters()
         start = time.perf_counter()
