@@ -141,3 +141,18 @@ def test_progress_bar_counts_and_estimates():
 def test_machine_tag_names_the_cpu_and_plugin():
     facts = {"cpu_model": "Intel(R) Xeon(R) Processor @ 2GHz", "cores": 2, "platform_name": "cuda"}
     assert runner.machine_tag(facts) == "intel-xeon-processor-2c-cuda"
+
+
+def test_rounds_merge_to_the_median_and_keep_failures():
+    def cell(step, first, status="ok"):
+        return {"status": status, "step_s": step, "first_step_s": first, "flops_per_step": 2e9,
+                "detail": "boom" if status != "ok" else ""}
+
+    merged = runner.merge_rounds([cell(1.0, 5.0), cell(3.0, 7.0)])
+    assert merged["step_s"] == 2.0 and merged["first_step_s"] == 6.0
+    assert merged["rounds_step_s"] == [1.0, 3.0] and merged["gflops"] == 1.0
+    assert runner.merge_rounds([cell(1.0, 5.0), cell(9.0, 5.0), cell(2.0, 5.0)])["step_s"] == 2.0
+    failed = runner.merge_rounds([cell(1.0, 5.0), cell(None, None, "error")])
+    assert failed["status"] == "error" and failed["detail"] == "boom"
+    with pytest.raises(SystemExit):
+        runner.main(["--rounds", "0"])

@@ -110,3 +110,19 @@ def test_bad_setting_names_the_variable():
                          env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
     assert "TORCH_PJRT_INDUCTOR='pallas' is not one of tpu, inductor" in run.stderr
+
+
+def test_aot_inductor_is_left_to_inductor(monkeypatch):
+    """AOTInductor makes a deployable package, which the tpu backend does
+    not: its graphs are not routed even when they hold device tensors."""
+    from torch_pjrt._compile import default_backend
+
+    calls = []
+    monkeypatch.setattr(default_backend, "_to_tpu", lambda gm, inputs: calls.append("tpu"))
+    routed = default_backend._routed_wrapper_call(
+        lambda self, gm, inputs, **kw: calls.append(type(self).__name__))
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    inputs = [torch.randn(2, device=NAME)]
+    routed(torch._TorchCompileAOTInductorWrapper("default", {}, False), gm, inputs)
+    routed(torch._TorchCompileInductorWrapper("default", {}, False), gm, inputs)
+    assert calls == ["_TorchCompileAOTInductorWrapper", "tpu"]

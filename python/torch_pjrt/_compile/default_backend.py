@@ -12,8 +12,11 @@ inductor and that holds a tensor of this device goes to the tpu backend
 instead: the same lowering table, one XLA program per graph. Graphs with no
 tpu tensor go to inductor unchanged, as do all graphs with
 `TORCH_PJRT_INDUCTOR=inductor`. Inductor options (`mode=`, `options=`) have
-no meaning for XLA programs and are ignored for routed graphs; the record
-in `compile_report()` says a graph was routed.
+no meaning for XLA programs and are ignored for routed graphs; the counter
+`graphs_routed_from_inductor` (in `metrics()` as
+`compile_graphs_routed_from_inductor`) counts them. AOTInductor
+(`options={"use_aoti": True}`) asks for a deployable package, which the
+tpu backend does not make: it is left to inductor.
 
 Both entries Dynamo uses for inductor are wrapped: the object
 `torch.compile` builds for backend "inductor" (its `__call__`) and the
@@ -66,7 +69,8 @@ def _to_tpu(gm: torch.fx.GraphModule, example_inputs):
 
 def _routed_wrapper_call(original: Callable) -> Callable:
     def __call__(self, model_, inputs_, **kwargs):
-        if _should_route(model_, inputs_):
+        aoti = isinstance(self, torch._TorchCompileAOTInductorWrapper)
+        if not aoti and _should_route(model_, inputs_):
             return _to_tpu(model_, inputs_)
         return original(self, model_, inputs_, **kwargs)
 

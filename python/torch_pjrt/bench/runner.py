@@ -113,19 +113,26 @@ def run_cell_process(workload: str, mode: str, quick: bool, repeats: int, timeou
 
 
 def merge_rounds(rounds: list[dict]) -> dict:
-    """One cell measured in several rounds: the round with the median step
-    time, with every round's step and first-step times attached and the
-    first step taken as their median."""
+    """One cell measured in several rounds. A round that failed wins (its
+    error is the result). Otherwise the step time is the median of the
+    rounds' step times (the mean of the middle two for an even count), the
+    first step the median of theirs, and the other fields come from the
+    round whose step time is nearest that median; every round's times are
+    attached."""
     import statistics
 
-    ok = [r for r in rounds if r["status"] == "ok"]
-    if len(ok) < len(rounds) or not ok:
-        return next(r for r in rounds if r["status"] != "ok") if len(ok) < len(rounds) else rounds[0]
-    ranked = sorted(ok, key=lambda r: r["step_s"])
-    chosen = dict(ranked[(len(ranked) - 1) // 2])
-    chosen["rounds_step_s"] = [r["step_s"] for r in ok]
-    chosen["rounds_first_step_s"] = [r["first_step_s"] for r in ok]
+    failed = [r for r in rounds if r["status"] != "ok"]
+    if failed:
+        return failed[0]
+    steps = [r["step_s"] for r in rounds]
+    middle = statistics.median(steps)
+    chosen = dict(min(rounds, key=lambda r: abs(r["step_s"] - middle)))
+    chosen["rounds_step_s"] = steps
+    chosen["rounds_first_step_s"] = [r["first_step_s"] for r in rounds]
+    chosen["step_s"] = middle
     chosen["first_step_s"] = statistics.median(chosen["rounds_first_step_s"])
+    if chosen.get("flops_per_step"):
+        chosen["gflops"] = chosen["flops_per_step"] / middle / 1e9
     return chosen
 
 
@@ -198,6 +205,8 @@ def main(argv: Optional[list[str]] = None, *, default_title: str = "torch-pjrt b
     parser.add_argument("--rounds", type=int, default=1,
                         help="measure every cell this many times, interleaved; report the median")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     repeats = args.repeats or (5 if args.quick else 9)
     record = run([s for s in args.models.split(",") if s], [s for s in args.modes.split(",") if s],
                  quick=args.quick, repeats=repeats, title=default_title, timeout_s=args.timeout,
