@@ -41,3 +41,15 @@ def test_jax_llama_training_step_matches_pytorch(mode):
     torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-4, atol=1e-5)
     assert after_first > before  # the listener sees JAX compile
     assert jax_forms.compilations() == after_first  # one program, reused every step
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_jax_llama_greedy_decode_gives_generate_tokens(mode):
+    model = _tiny_llama().eval()
+    prompt = torch.tensor([list(b"The compiler ")], dtype=torch.long)
+    with torch.no_grad():
+        expected = model.generate(prompt, max_new_tokens=12, min_new_tokens=12, do_sample=False,
+                                  cache_implementation="static", disable_compile=True)
+    case = jax_forms.llama_decode(modes()[mode], model, prompt, 12)
+    got = torch.from_numpy(__import__("numpy").array(case.step())).long()
+    assert torch.equal(got, expected)

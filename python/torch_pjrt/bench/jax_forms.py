@@ -9,9 +9,10 @@ user writes them: the whole training step (forward, backward, clipping,
 AdamW with the cosine schedule computed from the step count) is one jitted
 function with its parameters and optimizer state donated.
 
-Forms: `llama_train` and `llama_fwd` (the tiny Llama of `torch_pjrt.demo`,
-written out in jnp: RMSNorm, rotary embeddings, grouped-query causal
-attention, SiLU MLP), and `matmul`. Other workloads have none; the harness
+Forms: `llama_train`, `llama_fwd` and `llama_decode` (the tiny Llama of
+`torch_pjrt.demo`, written out in jnp: RMSNorm, rotary embeddings,
+grouped-query causal attention, SiLU MLP; decoding with a static KV cache),
+and `matmul`. Other workloads have none; the harness
 says so in their cells.
 """
 
@@ -134,6 +135,99 @@ def _llama_forward(config) -> Callable:
         return rms(x, p["model.norm.weight"]) @ p["lm_head.weight"].T
 
     return forward
+
+
+def _llama_cached_step(config, max_len: int) -> Callable:
+    """`step(params, ids, pos, cache_k, cache_v)`: the tokens `ids` (batch,
+    S) at positions pos..pos+S-1 against a static KV cache of `max_len`
+    positions (layers, batch, kv_heads, max_len, head_dim); returns the
+    greedy next token of the last position and the updated caches."""
+    import jax
+    import jax.numpy as jnp
+
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = config.hidden_size // heads
+    eps = config.rms_norm_eps
+    theta = (config.rope_parameters or {}).get("rope_theta", 10000.0)
+
+    def rms(x, w):
+        return w * (x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + eps))
+
+    def rotate_half(x):
+        half = x.shape[-1] // 2
+        return jnp.concatenate([-x[..., half:], x[..., :half]], -1)
+
+    def step(p, ids, pos, cache_k, cache_v):
+        b, s = ids.shape
+        positions = pos + jnp.arange(s)
+        inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+        freqs = positions.astype(jnp.float32)[:, None] * inv_freq[None]
+        emb = jnp.concatenate([freqs, freqs], -1)
+        cos, sin = jnp.cos(emb), jnp.sin(emb)
+        visible = jnp.arange(max_len)[None, :] <= positions[:, None]
+        x = p["model.embed_tokens.weight"][ids]
+        for i in range(config.num_hidden_layers):
+            pre = f"model.layers.{i}"
+            h = rms(x, p[f"{pre}.input_layernorm.weight"])
+
+            def proj(name, n):
+                w = p[f"{pre}.self_attn.{name}.weight"]
+                return (h @ w.T).reshape(b, s, n, head_dim).transpose(0, 2, 1, 3)
+
+            q, k, v = proj("q_proj", heads), proj("k_proj", kv_heads), proj("v_proj", kv_heads)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            cache_k = cache_k.at[i].set(jax.lax.dynamic_update_slice(cache_k[i], k, (0, 0, pos, 0)))
+            cache_v = cache_v.at[i].set(jax.lax.dynamic_update_slice(cache_v[i], v, (0, 0, pos, 0)))
+            keys = jnp.repeat(cache_k[i], heads // kv_heads, axis=1)
+            values = jnp.repeat(cache_v[i], heads // kv_heads, axis=1)
+            scores = (q @ keys.transpose(0, 1, 3, 2)) / math.sqrt(head_dim)
+            scores = jnp.where(visible, scores, -jnp.inf)
+            out = jax.nn.softmax(scores, axis=-1) @ values
+            x = x + out.transpose(0, 2, 1, 3).reshape(b, s, heads * head_dim) @ \
+                p[f"{pre}.self_attn.o_proj.weight"].T
+            h = rms(x, p[f"{pre}.post_attention_layernorm.weight"])
+            mlp = jax.nn.silu(h @ p[f"{pre}.mlp.gate_proj.weight"].T) * \
+                (h @ p[f"{pre}.mlp.up_proj.weight"].T)
+            x = x + mlp @ p[f"{pre}.mlp.down_proj.weight"].T
+        logits = rms(x[:, -1], p["model.norm.weight"]) @ p["lm_head.weight"].T
+        return jnp.argmax(logits, axis=-1).astype(ids.dtype), cache_k, cache_v
+
+    return step
+
+
+def llama_decode(mode: Mode, model: torch.nn.Module, prompt: torch.Tensor,
+                 new_tokens: int) -> Case:
+    """Greedy decoding with a static KV cache, as transformers'
+    `generate(cache_implementation="static")` does: one jitted prefill, then
+    one jitted step per token (caches donated, no host wait per token);
+    returns the prompt followed by the new tokens."""
+    import jax
+    import jax.numpy as jnp
+
+    dev = device(mode)
+    config = model.config
+    params = llama_params(model, dev)
+    batch, length = prompt.shape
+    max_len = length + new_tokens
+    head_dim = config.hidden_size // config.num_attention_heads
+    shape = (config.num_hidden_layers, batch, config.num_key_value_heads, max_len, head_dim)
+    step_fn = jax.jit(_llama_cached_step(config, max_len), donate_argnums=(3, 4))
+    ids = jax.device_put(prompt.numpy(), dev)
+    held: dict[str, Any] = {"out": None}
+
+    def step():
+        cache_k = jax.device_put(jnp.zeros(shape, jnp.float32), dev)
+        cache_v = jax.device_put(jnp.zeros(shape, jnp.float32), dev)
+        token, cache_k, cache_v = step_fn(params, ids, 0, cache_k, cache_v)
+        tokens = [token]
+        for i in range(new_tokens - 1):
+            token, cache_k, cache_v = step_fn(params, token[:, None], length + i, cache_k, cache_v)
+            tokens.append(token)
+        held["out"] = jnp.concatenate([ids, jnp.stack(tokens, axis=1)], axis=1)
+        return held["out"]
+
+    return Case(step=step, sync=lambda: jax.block_until_ready(held["out"]))
 
 
 def _lm_loss(forward: Callable) -> Callable:
