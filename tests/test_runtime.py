@@ -222,3 +222,29 @@ def test_unusable_cache_dir_is_a_clear_error(python_in_subprocess, tmp_path):
                                   {"TORCH_PJRT_CACHE_DIR": str(blocker / "cache")})
     assert result.returncode != 0
     assert "PjrtError" in result.stderr and "TORCH_PJRT_CACHE_DIR" in result.stderr
+
+
+def test_timeline_measures_the_time_between_programs():
+    """Within runtime.timeline(), each execution is recorded: the host
+    sleeping between two ops is time the device waited between programs."""
+    import time
+
+    name = torch_pjrt.settings().device_name
+    x = torch.ones(64, device=name)
+    (x + 1).cpu()  # compiled and warm before the measured block
+    torch_pjrt.reset_metrics()
+    (x * 3).cpu()
+    assert torch_pjrt.metrics()["timeline_programs"] == 0  # off outside the block
+    torch_pjrt.reset_metrics()
+    with rt.timeline():
+        for _ in range(4):
+            x + 1
+            getattr(torch, name).synchronize()
+            time.sleep(0.02)
+    deadline = time.time() + 5
+    while torch_pjrt.metrics()["timeline_programs"] < 4 and time.time() < deadline:
+        time.sleep(0.01)  # a completion callback may still be on its way
+    m = torch_pjrt.metrics()
+    assert m["timeline_programs"] == m["executions"] == 4
+    assert m["device_idle_seconds"] >= 3 * 0.015  # three gaps of a 20 ms sleep
+    assert m["device_busy_seconds"] > 0

@@ -132,6 +132,10 @@ py::dict counters() {
   out["host_to_device_bytes"] = c.host_to_device_bytes.load();
   out["device_to_host_bytes"] = c.device_to_host_bytes.load();
   out["device_to_device_bytes"] = c.device_to_device_bytes.load();
+  pjrt::Timeline::Totals timeline = runtime().client()->timeline()->totals();
+  out["device_busy_seconds"] = timeline.busy_ns / 1e9;
+  out["device_idle_seconds"] = timeline.idle_ns / 1e9;
+  out["timeline_programs"] = timeline.programs;
   py::dict fallbacks, reasons;
   for (const auto& [name, count] : fallback_counts()) fallbacks[py::str(name)] = count;
   for (const auto& [why, count] : recompile_reasons()) reasons[py::str(why)] = count;
@@ -148,7 +152,10 @@ void reset_counters() {
   if (!runtime_initialized()) return;
   runtime().cache().stats().reset();
   runtime().client()->counters().reset();
+  runtime().client()->timeline()->reset();
 }
+
+void set_timeline(bool on) { runtime().client()->timeline()->set_enabled(on); }
 
 
 
@@ -305,6 +312,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_runtime_info", &runtime_info);
   m.def("_counters", &counters);
   m.def("_reset_counters", &reset_counters);
+  m.def("_set_timeline", &set_timeline);
   m.def("_header_version", [] {
     auto v = pjrt::Plugin::header_version();
     return py::make_tuple(v.major, v.minor);

@@ -13,6 +13,7 @@
 #include "pjrt/device.h"
 #include "pjrt/named_value.h"
 #include "pjrt/plugin.h"
+#include "pjrt/timeline.h"
 
 namespace torch_pjrt::pjrt {
 
@@ -60,6 +61,8 @@ class Client : public std::enable_shared_from_this<Client> {
   const Device& device(int index) const;
 
   RuntimeCounters& counters() { return counters_; }
+  // Shared so that completion callbacks never own the client.
+  const std::shared_ptr<Timeline>& timeline() const { return timeline_; }
 
  private:
   Client(std::shared_ptr<Plugin> plugin, PJRT_Client* client);
@@ -69,6 +72,7 @@ class Client : public std::enable_shared_from_this<Client> {
   std::string platform_version_;
   std::vector<Device> devices_;
   RuntimeCounters counters_;
+  std::shared_ptr<Timeline> timeline_ = std::make_shared<Timeline>();
 };
 
 }  // namespace torch_pjrt::pjrt

@@ -4,6 +4,17 @@
 
 namespace torch_pjrt::pjrt {
 
+namespace {
+// Records an execution in the timeline when it completes. The callback
+// holds the timeline, never the client.
+void track(const Event& done, const std::shared_ptr<Timeline>& timeline, int device,
+           int64_t launched) {
+  done.on_ready([timeline, device, launched](std::optional<Error>) {
+    timeline->record(device, launched, Timeline::now_ns());
+  });
+}
+}  // namespace
+
 std::unique_ptr<Executable> Executable::compile(const std::shared_ptr<Client>& client,
                                                 std::string_view mlir,
                                                 const CompileOptions& options) {
@@ -140,11 +151,14 @@ ExecuteResult Executable::execute(const std::vector<const Buffer*>& inputs, cons
   args.device_complete_events = &done;
   args.execute_device = device.raw();
   const PJRT_Api* api = client_->api();
+  const std::shared_ptr<Timeline>& timeline = client_->timeline();
+  const int64_t launched = timeline->enabled() ? Timeline::now_ns() : 0;
   check(api, api->PJRT_LoadedExecutable_Execute(&args), "PJRT_LoadedExecutable_Execute");
   client_->counters().executions++;
 
   ExecuteResult result;
   result.done = Event(api, done);
+  if (launched != 0) track(result.done, timeline, device.id(), launched);
   result.outputs.reserve(outputs.size());
   for (PJRT_Buffer* out : outputs) result.outputs.emplace_back(client_, out);
   return result;
@@ -203,12 +217,16 @@ std::vector<ExecuteResult> Executable::execute_all(
   args.device_complete_events = done.data();
   args.execute_device = nullptr;
   const PJRT_Api* api = client_->api();
+  const std::shared_ptr<Timeline>& timeline = client_->timeline();
+  const int64_t launched = timeline->enabled() ? Timeline::now_ns() : 0;
   check(api, api->PJRT_LoadedExecutable_Execute(&args), "PJRT_LoadedExecutable_Execute");
   client_->counters().executions += static_cast<int64_t>(devices);
 
   std::vector<ExecuteResult> results(devices);
+  std::vector<Device> targets = launched != 0 ? addressable_devices() : std::vector<Device>{};
   for (size_t d = 0; d < devices; ++d) {
     results[d].done = Event(api, done[d]);
+    if (launched != 0) track(results[d].done, timeline, targets[d].id(), launched);
     for (PJRT_Buffer* out : outputs[d]) results[d].outputs.emplace_back(client_, out);
   }
   return results;

@@ -25,6 +25,11 @@ def metrics() -> dict[str, Any]:
         "host_syncs": counters.get("host_syncs", 0),
         "compile_seconds": counters.get("compile_seconds", 0.0),
         "cache_disk_rejects": counters.get("cache_disk_rejects", 0),
+        # Within torch_pjrt.runtime.timeline(): device time running programs,
+        # and the gaps between one program's end and the next one's launch.
+        "device_busy_seconds": counters.get("device_busy_seconds", 0.0),
+        "device_idle_seconds": counters.get("device_idle_seconds", 0.0),
+        "timeline_programs": counters.get("timeline_programs", 0),
     }
     # torch.compile(backend="tpu"): graphs received, programs compiled for
     # them, calls, and nodes split out to run eagerly (no lowering).

@@ -11,10 +11,11 @@ and it lets anyone run a StableHLO program directly:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 
@@ -83,6 +84,22 @@ def info() -> dict[str, Any]:
     result["plugin_name"] = _choice.name
     result["plugin_reason"] = _choice.reason
     return result
+
+
+@contextlib.contextmanager
+def timeline() -> Iterator[None]:
+    """Within the block, every execution's launch and completion are
+    recorded: `metrics()["device_busy_seconds"]` is the time the devices
+    spent running programs and `metrics()["device_idle_seconds"]` the gaps in
+    which a device had finished one program and waited for the host to
+    launch the next (the time between programs). Off outside: it costs a
+    completion callback per execution."""
+    ensure_initialized()
+    _C._set_timeline(True)
+    try:
+        yield
+    finally:
+        _C._set_timeline(False)
 
 
 def device_count() -> int:

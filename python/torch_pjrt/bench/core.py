@@ -94,6 +94,10 @@ class CellResult:
     dynamo_graphs: Optional[int] = None  # captured over the whole cell
     compilations_total: Optional[int] = None  # programs + Dynamo graphs, whole cell
     programs_per_step: Optional[float] = None  # executions on the device
+    # Under torch_pjrt.runtime.timeline(), per step: device time running
+    # programs, and the gaps in which it waited for the host's next launch.
+    device_busy_ms_per_step: Optional[float] = None
+    device_idle_ms_per_step: Optional[float] = None
     fallbacks: Optional[int] = None
     host_syncs_per_step: Optional[float] = None
     peak_host_rss_mib: Optional[float] = None
@@ -349,6 +353,8 @@ def run_cell(workload: Workload, mode: Mode, cpu_mode: Mode, *, repeats: int = 5
                 case.step()
             case.sync()
             final = _counters()
+            if mode.on_device and mode.device != "jax":
+                _timeline(case, max(5, min(n, 50)), result)
         result.step_samples = samples
         result.step_s = statistics.median(samples)
         result.step_spread = spread(samples)
@@ -373,6 +379,28 @@ def run_cell(workload: Workload, mode: Mode, cpu_mode: Mode, *, repeats: int = 5
         result.status = "error"
         result.detail = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
     return result
+
+
+def _timeline(case: Case, steps: int, result: CellResult) -> None:
+    """Runs `steps` more steps under the runtime's timeline (apart from the
+    timed ones: it adds a completion callback per execution)."""
+    import torch_pjrt
+
+    before = torch_pjrt.metrics()
+    with torch_pjrt.runtime.timeline():
+        for _ in range(steps):
+            case.step()
+        case.sync()
+    programs = torch_pjrt.metrics()["executions"] - before["executions"]
+    deadline = time.perf_counter() + 5.0
+    while (torch_pjrt.metrics()["timeline_programs"] - before["timeline_programs"] < programs
+           and time.perf_counter() < deadline):
+        time.sleep(0.005)  # completion callbacks still arriving
+    after = torch_pjrt.metrics()
+    result.device_busy_ms_per_step = (after["device_busy_seconds"]
+                                      - before["device_busy_seconds"]) * 1e3 / steps
+    result.device_idle_ms_per_step = (after["device_idle_seconds"]
+                                      - before["device_idle_seconds"]) * 1e3 / steps
 
 
 def pin_threads() -> None:

@@ -145,13 +145,17 @@ def markdown(run: dict[str, Any]) -> str:
               "captured in the whole cell (any backend); after step 2: programs and Dynamo graphs "
               "per 100 steps from step 3 on; peak memory: host RSS MiB / device MiB.", "",
               "| workload | mode | compiles | Dynamo graphs | after step 2 /100 steps | programs/step "
-              "| fallbacks | syncs/step | peak RSS | peak device |",
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "| device busy / idle between programs, ms/step | fallbacks | syncs/step | peak RSS "
+              "| peak device |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for w in workloads:
         for m in modes:
             c = _cell(results, w["name"], m)
             if not c or c["status"] != "ok":
                 continue
+            timeline = (f"{fmt_num(c['device_busy_ms_per_step'])} / "
+                        f"{fmt_num(c['device_idle_ms_per_step'])}"
+                        if c.get("device_busy_ms_per_step") is not None else "n/a")
             later = c.get("compilations_after_step2")
             per100 = (f"{100 * later / c['steps_after_step2']:.1f} ({later} in "
                       f"{c['steps_after_step2']})" if later is not None and c.get("steps_after_step2")
@@ -159,7 +163,7 @@ def markdown(run: dict[str, Any]) -> str:
             lines.append(f"| {w['name']} | {m} | {c['compilations_first_step']} / "
                          f"{c['compilations_after_warmup']} | {fmt_num(c.get('dynamo_graphs'))} | "
                          f"{per100} | "
-                         f"{fmt_num(c.get('programs_per_step'))} | {c['fallbacks']} | "
+                         f"{fmt_num(c.get('programs_per_step'))} | {timeline} | {c['fallbacks']} | "
                          f"{fmt_num(c['host_syncs_per_step'])} | {fmt_num(c['peak_host_rss_mib'])} | "
                          f"{fmt_num(c['peak_device_mib'])} |")
     lines.append("")
