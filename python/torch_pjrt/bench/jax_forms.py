@@ -81,67 +81,13 @@ def llama_params(model: torch.nn.Module, dev) -> dict:
     return {k: jax.device_put(v.detach().cpu().numpy(), dev) for k, v in model.state_dict().items()}
 
 
-def _llama_forward(config) -> Callable:
-    import jax
-    import jax.numpy as jnp
-
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    head_dim = config.hidden_size // heads
-    eps = config.rms_norm_eps
-    theta = (config.rope_parameters or {}).get("rope_theta", 10000.0) \
-        if hasattr(config, "rope_parameters") else config.rope_theta
-    layers = config.num_hidden_layers
-
-    def rms(x, w):
-        return w * (x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + eps))
-
-    def rotate_half(x):
-        half = x.shape[-1] // 2
-        return jnp.concatenate([-x[..., half:], x[..., :half]], -1)
-
-    def attention(p, prefix, x, cos, sin):
-        b, s, _ = x.shape
-
-        def proj(name, n):
-            return (x @ p[f"{prefix}.{name}.weight"].T).reshape(b, s, n, head_dim).transpose(0, 2, 1, 3)
-
-        q, k, v = proj("q_proj", heads), proj("k_proj", kv_heads), proj("v_proj", kv_heads)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = jnp.repeat(k, heads // kv_heads, axis=1)
-        v = jnp.repeat(v, heads // kv_heads, axis=1)
-        scores = (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(head_dim)
-        causal = jnp.tril(jnp.ones((s, s), dtype=bool))
-        scores = jnp.where(causal, scores, -jnp.inf)
-        out = jax.nn.softmax(scores, axis=-1) @ v
-        return out.transpose(0, 2, 1, 3).reshape(b, s, heads * head_dim) @ \
-            p[f"{prefix}.o_proj.weight"].T
-
-    def forward(p, ids):
-        s = ids.shape[1]
-        inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
-        freqs = jnp.arange(s, dtype=jnp.float32)[:, None] * inv_freq[None]
-        emb = jnp.concatenate([freqs, freqs], -1)
-        cos, sin = jnp.cos(emb), jnp.sin(emb)
-        x = p["model.embed_tokens.weight"][ids]
-        for i in range(layers):
-            pre = f"model.layers.{i}"
-            x = x + attention(p, f"{pre}.self_attn", rms(x, p[f"{pre}.input_layernorm.weight"]),
-                              cos, sin)
-            h = rms(x, p[f"{pre}.post_attention_layernorm.weight"])
-            mlp = jax.nn.silu(h @ p[f"{pre}.mlp.gate_proj.weight"].T) * \
-                (h @ p[f"{pre}.mlp.up_proj.weight"].T)
-            x = x + mlp @ p[f"{pre}.mlp.down_proj.weight"].T
-        return rms(x, p["model.norm.weight"]) @ p["lm_head.weight"].T
-
-    return forward
-
-
-def _llama_cached_step(config, max_len: int) -> Callable:
-    """`step(params, ids, pos, cache_k, cache_v)`: the tokens `ids` (batch,
-    S) at positions pos..pos+S-1 against a static KV cache of `max_len`
-    positions (layers, batch, kv_heads, max_len, head_dim); returns the
-    greedy next token of the last position and the updated caches."""
+def _llama(config) -> Callable:
+    """`apply(params, ids, pos, cache=None)`: the final hidden states of the
+    tokens `ids` (batch, S) at positions pos..pos+S-1. Without a cache they
+    attend causally to each other; with `cache` = (keys, values), static
+    caches of shape (layers, batch, kv_heads, max_len, head_dim), their keys
+    and values are written at `pos` and they attend to every cached position
+    up to their own. Returns (hidden, cache)."""
     import jax
     import jax.numpy as jnp
 
@@ -149,6 +95,7 @@ def _llama_cached_step(config, max_len: int) -> Callable:
     head_dim = config.hidden_size // heads
     eps = config.rms_norm_eps
     theta = (config.rope_parameters or {}).get("rope_theta", 10000.0)
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
 
     def rms(x, w):
         return w * (x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + eps))
@@ -157,14 +104,14 @@ def _llama_cached_step(config, max_len: int) -> Callable:
         half = x.shape[-1] // 2
         return jnp.concatenate([-x[..., half:], x[..., :half]], -1)
 
-    def step(p, ids, pos, cache_k, cache_v):
+    def apply(p, ids, pos, cache=None):
         b, s = ids.shape
         positions = pos + jnp.arange(s)
-        inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
         freqs = positions.astype(jnp.float32)[:, None] * inv_freq[None]
         emb = jnp.concatenate([freqs, freqs], -1)
         cos, sin = jnp.cos(emb), jnp.sin(emb)
-        visible = jnp.arange(max_len)[None, :] <= positions[:, None]
+        key_positions = positions if cache is None else jnp.arange(cache[0].shape[3])
+        visible = key_positions[None, :] <= positions[:, None]
         x = p["model.embed_tokens.weight"][ids]
         for i in range(config.num_hidden_layers):
             pre = f"model.layers.{i}"
@@ -177,10 +124,12 @@ def _llama_cached_step(config, max_len: int) -> Callable:
             q, k, v = proj("q_proj", heads), proj("k_proj", kv_heads), proj("v_proj", kv_heads)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
-            cache_k = cache_k.at[i].set(jax.lax.dynamic_update_slice(cache_k[i], k, (0, 0, pos, 0)))
-            cache_v = cache_v.at[i].set(jax.lax.dynamic_update_slice(cache_v[i], v, (0, 0, pos, 0)))
-            keys = jnp.repeat(cache_k[i], heads // kv_heads, axis=1)
-            values = jnp.repeat(cache_v[i], heads // kv_heads, axis=1)
+            if cache is not None:
+                cache = tuple(c.at[i].set(jax.lax.dynamic_update_slice(c[i], new, (0, 0, pos, 0)))
+                              for c, new in zip(cache, (k, v)))
+                k, v = cache[0][i], cache[1][i]
+            keys = jnp.repeat(k, heads // kv_heads, axis=1)
+            values = jnp.repeat(v, heads // kv_heads, axis=1)
             scores = (q @ keys.transpose(0, 1, 3, 2)) / math.sqrt(head_dim)
             scores = jnp.where(visible, scores, -jnp.inf)
             out = jax.nn.softmax(scores, axis=-1) @ values
@@ -190,7 +139,31 @@ def _llama_cached_step(config, max_len: int) -> Callable:
             mlp = jax.nn.silu(h @ p[f"{pre}.mlp.gate_proj.weight"].T) * \
                 (h @ p[f"{pre}.mlp.up_proj.weight"].T)
             x = x + mlp @ p[f"{pre}.mlp.down_proj.weight"].T
-        logits = rms(x[:, -1], p["model.norm.weight"]) @ p["lm_head.weight"].T
+        return rms(x, p["model.norm.weight"]), cache
+
+    return apply
+
+
+def _llama_forward(config) -> Callable:
+    """`forward(params, ids)`: the logits of every position."""
+    apply = _llama(config)
+
+    def forward(p, ids):
+        return apply(p, ids, 0)[0] @ p["lm_head.weight"].T
+
+    return forward
+
+
+def _llama_cached_step(config) -> Callable:
+    """`step(params, ids, pos, cache_k, cache_v)`: the greedy next token
+    after `ids` at positions pos..pos+S-1, and the updated caches."""
+    import jax.numpy as jnp
+
+    apply = _llama(config)
+
+    def step(p, ids, pos, cache_k, cache_v):
+        hidden, (cache_k, cache_v) = apply(p, ids, pos, (cache_k, cache_v))
+        logits = hidden[:, -1] @ p["lm_head.weight"].T
         return jnp.argmax(logits, axis=-1).astype(ids.dtype), cache_k, cache_v
 
     return step
@@ -212,7 +185,7 @@ def llama_decode(mode: Mode, model: torch.nn.Module, prompt: torch.Tensor,
     max_len = length + new_tokens
     head_dim = config.hidden_size // config.num_attention_heads
     shape = (config.num_hidden_layers, batch, config.num_key_value_heads, max_len, head_dim)
-    step_fn = jax.jit(_llama_cached_step(config, max_len), donate_argnums=(3, 4))
+    step_fn = jax.jit(_llama_cached_step(config), donate_argnums=(3, 4))
     ids = jax.device_put(prompt.numpy(), dev)
     held: dict[str, Any] = {"out": None}
 
@@ -269,8 +242,8 @@ def llama_train(mode: Mode, model: torch.nn.Module, ids: torch.Tensor, lr: float
 
     dev = device(mode)
     params = llama_params(model, dev)
-    zeros = {k: jnp.zeros_like(v) for k, v in params.items()}
-    state = {"m": zeros, "v": {k: jnp.zeros_like(v) for k, v in params.items()},
+    state = {"m": jax.tree_util.tree_map(jnp.zeros_like, params),
+             "v": jax.tree_util.tree_map(jnp.zeros_like, params),
              "step": jax.device_put(jnp.zeros((), jnp.float32), dev)}
     x = jax.device_put(ids.numpy(), dev)
     grad_fn = jax.value_and_grad(_lm_loss(_llama_forward(model.config)))
