@@ -82,11 +82,11 @@ class _Region:
         with _lock:
             self.record.calls += 1
             _counters["graph_calls"] += 1
-        tensors = []
-        for i in lowered.tensor_args:
-            tensors.append(args[i] if i >= 0 else self._constant(-1 - i, lowered.device))
-        results = (lowered.program.run(tensors, lowered.device, lowered.mutations)
-                   if lowered.program is not None else [])
+        results = []
+        if lowered.program is not None:
+            tensors = [args[i] if i >= 0 else self._constant(-1 - i, lowered.device)
+                       for i in lowered.tensor_args]
+            results = lowered.program.run(tensors, lowered.device, lowered.mutations)
         out = []
         for kind, v in lowered.plan:
             if kind == "result":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -235,8 +236,6 @@ def reference(workload: Workload, cpu_mode: Mode) -> tuple[list, Optional[float]
 
 def _dynamo_graphs() -> int:
     """Graphs Dynamo has captured in this process (any backend)."""
-    import sys
-
     if "torch._dynamo" not in sys.modules:
         return 0
     from torch._dynamo.utils import counters
@@ -256,8 +255,6 @@ def _counters() -> dict:
     except Exception:
         pass
     out["dynamo_graphs"] = _dynamo_graphs()
-    import sys
-
     jax_forms = sys.modules.get("torch_pjrt.bench.jax_forms")
     if jax_forms is not None:  # a JAX cell: XLA compilations JAX did
         out["compilations"] += jax_forms.compilations()
