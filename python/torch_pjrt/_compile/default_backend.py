@@ -33,24 +33,24 @@ import torch.fx
 
 from .._settings import settings
 from .._import_hooks import when_imported
+from .capture import _is_device_value
 from .records import _counters, _lock
 
 
-def _is_device_tensor(value: Any, device_type: str) -> bool:
-    return isinstance(value, torch.Tensor) and value.device.type == device_type
+def _is_device_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and _is_device_value(value)
 
 
 def holds_device_tensors(gm: torch.fx.GraphModule, example_inputs) -> bool:
     """Whether the graph reads or makes a tensor of this backend's device:
     an input, or a value Dynamo recorded while tracing (a factory call with
     `device="tpu"` in a graph with no tensor inputs)."""
-    device_type = settings().device_name
-    if any(_is_device_tensor(x, device_type) for x in example_inputs):
+    if any(_is_device_tensor(x) for x in example_inputs):
         return True
     for node in gm.graph.nodes:
         value = node.meta.get("example_value", node.meta.get("val"))
         values = value if isinstance(value, (list, tuple)) else (value,)
-        if any(_is_device_tensor(v, device_type) for v in values):
+        if any(_is_device_tensor(v) for v in values):
             return True
     return False
 
