@@ -57,8 +57,15 @@ test: test-cpp test-python
 test-cpp: cpp
 	ctest --test-dir build/cpp -j2 --output-on-failure
 
+# The device, training and Transformers files run a second time under fused
+# eager mode: its results must match strict's within the tests' tolerances.
+FUSED_TESTS = tests/test_device.py tests/test_eager.py tests/test_storage_views.py \
+	tests/test_copies.py tests/test_random.py tests/test_training.py \
+	tests/test_training_errors.py tests/test_ops_training.py tests/test_transformers.py
+
 test-python: build $(STAMPS)/bench-pip
 	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --eager-mode=fused $(FUSED_TESTS)
 
 demo: build
 	$(PY) -m torch_pjrt.demo

@@ -12,6 +12,36 @@ import textwrap
 
 import pytest
 
+def pytest_addoption(parser):
+    parser.addoption("--eager-mode", choices=("strict", "debug", "fused"), default=None,
+                     help="run the tests with TORCH_PJRT_EAGER set to this mode (make test runs "
+                          "the device, training and Transformers files again under fused)")
+
+
+def pytest_configure(config):
+    # Before any test module imports torch_pjrt, which reads its settings
+    # once; subprocesses the tests start inherit it too.
+    mode = config.getoption("--eager-mode")
+    if mode:
+        os.environ["TORCH_PJRT_EAGER"] = mode
+    config.addinivalue_line("markers", "strict_only: checks per-op launches, which fused eager "
+                                       "defers by design (skipped under --eager-mode=fused)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("TORCH_PJRT_EAGER") != "fused":
+        return
+    skip = pytest.mark.skip(reason="counts single-op launches; fused eager records them instead")
+    for item in items:
+        if "strict_only" in item.keywords:
+            item.add_marker(skip)
+
+
+def fused_eager() -> bool:
+    """True when the tests run under fused eager mode."""
+    return os.environ.get("TORCH_PJRT_EAGER") == "fused"
+
+
 _CACHE = tempfile.mkdtemp(prefix="torch_pjrt_test_cache_")
 os.environ["TORCH_PJRT_CACHE_DIR"] = _CACHE
 # Models come from configs or installed packages; never from a hub.

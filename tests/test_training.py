@@ -61,6 +61,14 @@ def train(device: str, make_model, data, loss_fn, make_opt, steps: int = STEPS,
     return losses
 
 
+def settled_step() -> int:
+    """The step after which training compiles nothing more. Strict eager has
+    every op program after step 2 (step 1 builds the optimizer state); fused
+    eager compiles a program per distinct step, and train() alternates
+    zero_grad(set_to_none=True/False), so its third step is the last new one."""
+    return 2 if torch_pjrt.get_eager_mode() == "fused" else 1
+
+
 OPTIMIZERS = {
     "sgd_nesterov": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True),
     "sgd_foreach": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, foreach=True),
@@ -97,7 +105,7 @@ def test_mlp_regression_matches_cpu(opt_name):
     assert torch_pjrt.metrics()["fallback_ops"] == {}
     # Every program exists after the second step (the first builds the
     # optimizer state); a new learning rate each step compiles nothing.
-    assert counts[-1] == counts[1], counts
+    assert counts[-1] == counts[settled_step()], counts
 
 
 def test_transformer_encoder_matches_cpu():
@@ -177,7 +185,12 @@ def test_checkpoint_resume_gives_the_same_losses(tmp_path):
     resumed_opt.load_state_dict(state["opt"])
     assert next(iter(resumed_opt.state.values()))["exp_avg"].device.type == NAME
     rest = run(resumed_model, resumed_opt, 10)
-    assert first + rest == straight
+    if torch_pjrt.get_eager_mode() == "fused":
+        # The step after a resume is a differently cut graph, which XLA may
+        # fuse with another float order: equal within a few ulp.
+        torch.testing.assert_close(first + rest, straight, rtol=1e-6, atol=0)
+    else:
+        assert first + rest == straight
 
     cpu_state = torch.load(path, map_location="cpu")
     cpu_model = mlp()
@@ -208,7 +221,7 @@ def test_small_cnn_matches_cpu():
                 compile_counts=counts)
     torch.testing.assert_close(got, expected, rtol=5e-4, atol=5e-5)
     assert torch_pjrt.metrics()["fallback_ops"] == {}
-    assert counts[-1] == counts[1], counts
+    assert counts[-1] == counts[settled_step()], counts
 
 
 def test_autocast_policy_and_training():

@@ -6,34 +6,15 @@
 
 #include <atomic>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 
+#include "backend/device_events.h"
 #include "backend/runtime_state.h"
 #include "backend/settings.h"
+#include "eager/pending_graph.h"
 
 namespace torch_pjrt::backend {
-namespace {
-
-std::mutex pending_mutex;
-std::map<int, std::deque<pjrt::Event>> pending;
-
-// Keeps the latest completion events; ones already complete are dropped so
-// the list stays short in long runs.
-void remember(int device, pjrt::Event event) {
-  std::lock_guard<std::mutex> lock(pending_mutex);
-  auto& events = pending[device];
-  events.push_back(std::move(event));
-  if (events.size() > 64) {
-    while (!events.empty() && events.front().is_ready()) events.pop_front();
-  }
-}
-
-}  // namespace
-
-void track(int device, pjrt::Event event) { remember(device, std::move(event)); }
-
 namespace {
 
 std::mutex scalar_mutex;
@@ -54,7 +35,10 @@ BufferPtr upload_scalar(int device, pjrt::ElementType type, const void* bytes, u
 }  // namespace
 
 std::vector<BufferPtr> run_program(const Program& program, const std::vector<BufferPtr>& inputs,
-                                   int device, const std::vector<bool>& may_donate) {
+                                   int device, const std::vector<bool>& may_donate, bool fusable) {
+  // Fused eager: the launch joins the device's pending graph; its results
+  // are deferred buffers that the graph fills when something needs them.
+  if (fusable && settings().eager == EagerMode::kFused) return eager::record(program, inputs, device);
   std::vector<const pjrt::Buffer*> raw;
   raw.reserve(inputs.size());
   pjrt::ExecuteOptions options;
@@ -66,11 +50,11 @@ std::vector<BufferPtr> run_program(const Program& program, const std::vector<Buf
     if (donated && !allowed) options.non_donatable_inputs.push_back(static_cast<int64_t>(i));
   }
   auto& client = runtime().client();
-  pjrt::ExecuteResult result = program.executable->execute(raw, client->device(device), options);
+  pjrt::ExecuteResult result = program.executable()->execute(raw, client->device(device), options);
   if (settings().eager == EagerMode::kDebug) {
     result.done.await("program execution");
   } else {
-    remember(device, std::move(result.done));
+    track(device, std::move(result.done));
   }
   std::vector<BufferPtr> outputs;
   outputs.reserve(result.outputs.size());
@@ -168,17 +152,9 @@ void raise_failed_checks() {
 }
 
 void synchronize(int device) {
+  eager::flush(device, "synchronize");
   raise_failed_checks();
-  std::vector<pjrt::Event> events;
-  {
-    std::lock_guard<std::mutex> lock(pending_mutex);
-    for (auto& [d, list] : pending) {
-      if (device >= 0 && d != device) continue;
-      for (auto& e : list) events.push_back(std::move(e));
-      list.clear();
-    }
-  }
-  for (auto& e : events) e.await("torch.tpu.synchronize");
+  wait_for_events(device, "torch.tpu.synchronize");
 }
 
 }  // namespace torch_pjrt::backend

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/device_events.h"
 #include "backend/program_cache.h"
 #include "pjrt/buffer.h"
 
@@ -15,19 +16,20 @@ using BufferPtr = std::shared_ptr<pjrt::Buffer>;
 
 // Runs `program` on `device`. Parameters compiled as donated are given up
 // only when `inputs[i]` is held by nobody else (use_count 1 at the caller),
-// which the caller signals through `may_donate`.
+// which the caller signals through `may_donate`. In fused eager mode a
+// `fusable` launch is recorded into the pending graph instead (see
+// eager/pending_graph.h); compiled torch.compile graphs are not fusable.
 std::vector<BufferPtr> run_program(const Program& program, const std::vector<BufferPtr>& inputs,
-                                   int device, const std::vector<bool>& may_donate = {});
+                                   int device, const std::vector<bool>& may_donate = {},
+                                   bool fusable = true);
 
 // A 0-d device buffer holding `value` converted to `type`; recently used
 // values are reused, so a changing learning rate costs one small copy.
 BufferPtr scalar_buffer(int device, pjrt::ElementType type, double value);
 BufferPtr scalar_buffer_int(int device, pjrt::ElementType type, int64_t value);
 
-// Adds work synchronize() must wait for (an upload's completion).
-void track(int device, pjrt::Event event);
-
-// Waits for every program and copy launched so far on `device` (-1: all).
+// Runs the pending fused graphs, then waits for every program and copy
+// launched so far on `device` (-1: all).
 void synchronize(int device);
 
 // Counts a point where the host waited for device data (.item(), a copy to

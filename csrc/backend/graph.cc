@@ -303,7 +303,8 @@ std::vector<c10::optional<at::Tensor>> run_graph(const GraphProgram& graph,
         take_generator_state(default_generator(static_cast<c10::DeviceIndex>(device)), device));
     may_donate.push_back(false);
   }
-  std::vector<BufferPtr> outputs = run_program(program, buffers, device, may_donate);
+  std::vector<BufferPtr> outputs =
+      run_program(program, buffers, device, may_donate, /*fusable=*/false);
   buffers.clear();
   for (size_t c = 0; c < graph.check_messages.size(); ++c) {
     const std::string& tagged = graph.check_messages[c];

@@ -94,18 +94,13 @@ const Program& program_for(const ProgramKey& key, const std::function<void(hlo::
   for (char c : key.op()) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   hlo::Builder builder(name);
   build(builder);
-  std::string mlir = builder.to_mlir();
   auto program = std::make_unique<Program>();
-  std::string dumped = settings().dump_dir.empty() ? "" : dump_program(name, mlir);
-  try {
-    program->executable = runtime().cache().get_or_compile(mlir, options).executable;
-  } catch (const pjrt::Error& e) {
-    TORCH_CHECK(false, "torch_pjrt: the StableHLO program for ", key.op(),
-                " failed to compile: ", e.what(), " (",
-                dumped.empty() ? dump_program(name, mlir) : dumped, ")");
-  }
+  program->mlir = builder.to_mlir();
+  program->op = key.op();
+  program->key = full;
+  program->options_ = options;
   // Parameter and output types, read back from the builder.
-  auto signature = pjrt::parse_main_signature(mlir);
+  auto signature = pjrt::parse_main_signature(program->mlir);
   if (signature) {
     for (const auto& spec : *signature) program->parameters.push_back({spec.type, spec.dims});
   }
@@ -113,9 +108,30 @@ const Program& program_for(const ProgramKey& key, const std::function<void(hlo::
   program->donated = builder.donated();
 
   std::lock_guard<std::mutex> lock(mutex);
+  program->reason_ = key.reason().empty() ? reason_for(key) : key.reason();
   auto [it, inserted] = programs.emplace(full, std::move(program));
-  if (inserted) reasons[key.reason().empty() ? reason_for(key) : key.reason()]++;
   return *it->second;
+}
+
+const std::shared_ptr<pjrt::Executable>& Program::executable() const {
+  std::lock_guard<std::mutex> lock(compile_mutex_);
+  if (executable_) return executable_;
+  std::string name;
+  for (char c : op) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  std::string dumped = settings().dump_dir.empty() ? "" : dump_program(name, mlir);
+  try {
+    executable_ = runtime().cache().get_or_compile(mlir, options_).executable;
+  } catch (const pjrt::Error& e) {
+    TORCH_CHECK(false, "torch_pjrt: the StableHLO program for ", op, " failed to compile: ",
+                e.what(), " (", dumped.empty() ? dump_program(name, mlir) : dumped, ")");
+  }
+  note_compile_reason(reason_);
+  return executable_;
+}
+
+void note_compile_reason(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex);
+  reasons[reason]++;
 }
 
 std::vector<std::pair<std::string, int64_t>> recompile_reasons() {

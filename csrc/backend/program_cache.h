@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,11 +45,26 @@ class ProgramKey {
   pjrt::Hasher dtypes_, shapes_, attrs_;
 };
 
+// A program is built (StableHLO text) when its key is first seen and
+// compiled when it is first run: fused eager inlines the text of the op
+// programs it records into one larger program and never runs them alone.
 struct Program {
-  std::shared_ptr<pjrt::Executable> executable;
   std::vector<hlo::TensorType> outputs;
   std::vector<hlo::TensorType> parameters;
   std::vector<bool> donated;  // per parameter, as compiled
+  std::string op;    // what the key named ("aten::add.Tensor")
+  std::string mlir;  // the module, as built
+  pjrt::Hash128 key;
+  // Compiles on the first call (recording the recompile reason then).
+  const std::shared_ptr<pjrt::Executable>& executable() const;
+
+ private:
+  friend const Program& program_for(const ProgramKey&, const std::function<void(hlo::Builder&)>&,
+                                    const pjrt::CompileOptions&);
+  pjrt::CompileOptions options_;
+  std::string reason_;
+  mutable std::mutex compile_mutex_;
+  mutable std::shared_ptr<pjrt::Executable> executable_;
 };
 
 // The program for `key`, building it with `build` on a miss. `build` gets a
@@ -58,6 +74,10 @@ const Program& program_for(const ProgramKey& key, const std::function<void(hlo::
 // assignment). The key must cover whatever in `options` varies.
 const Program& program_for(const ProgramKey& key, const std::function<void(hlo::Builder&)>& build,
                            const pjrt::CompileOptions& options);
+
+// Programs compiled for a pending fused graph are counted with their
+// reason like any other ("fused graph: 312 ops").
+void note_compile_reason(const std::string& reason);
 
 // Calls answered by an already-built program (the hot path). Reported as
 // part of metrics()["cache_hits_memory"].

@@ -20,6 +20,8 @@
 #include "backend/op_kernel.h"
 #include "ops/lowering.h"
 #include "pjrt/error.h"
+#include "eager/mode.h"
+#include "eager/pending_graph.h"
 #include "pjrt/executable.h"
 #include "pjrt/runtime.h"
 #include "pjrt/warnings.h"
@@ -113,6 +115,13 @@ py::dict runtime_info() {
   return info;
 }
 
+EagerMode eager_mode_named(const std::string& name) {
+  if (name == "strict") return EagerMode::kStrict;
+  if (name == "debug") return EagerMode::kDebug;
+  if (name == "fused") return EagerMode::kFused;
+  throw py::value_error("eager mode " + name + " is not one of strict, debug, fused");
+}
+
 py::dict counters() {
   py::dict out;
   if (!runtime_initialized()) {
@@ -142,10 +151,19 @@ py::dict counters() {
   out["fallback_ops"] = fallbacks;
   out["host_syncs"] = host_syncs();
   out["recompile_reasons"] = reasons;
+  eager::FusedCounters fused = eager::fused_counters();
+  out["fused_ops_recorded"] = fused.ops_recorded;
+  out["fused_graphs_run"] = fused.graphs_run;
+  out["fused_graphs_compiled"] = fused.graphs_compiled;
+  out["fused_values_materialized"] = fused.values_materialized;
+  py::dict flushes;
+  for (const auto& [why, count] : fused.flushes) flushes[py::str(why)] = count;
+  out["fused_flushes"] = flushes;
   return out;
 }
 
 void reset_counters() {
+  eager::reset_fused_counters();
   reset_fallback_counts();
   reset_recompile_reasons();
   reset_host_syncs();
@@ -242,11 +260,11 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "_init_runtime",
       [](const std::string& plugin_path, int cpu_devices, const std::string& cache_dir,
-         const std::string& eager, const std::string& fallback, const std::string& dump_dir) {
+         const std::string& eager, const std::string& fallback, const std::string& dump_dir,
+         int fused_max_ops) {
         BackendSettings s;
-        s.eager = eager == "debug" ? EagerMode::kDebug
-                  : eager == "fused" ? EagerMode::kFused
-                                     : EagerMode::kStrict;
+        s.eager = eager_mode_named(eager);
+        s.fused_max_ops = fused_max_ops;
         s.fallback = fallback == "error"   ? FallbackMode::kError
                      : fallback == "allow" ? FallbackMode::kAllow
                                            : FallbackMode::kWarn;
@@ -260,7 +278,18 @@ PYBIND11_MODULE(_C, m) {
         init_runtime(options);
       },
       py::arg("plugin_path"), py::arg("cpu_devices"), py::arg("cache_dir"), py::arg("eager"),
-      py::arg("fallback"), py::arg("dump_dir"));
+      py::arg("fallback"), py::arg("dump_dir"), py::arg("fused_max_ops"));
+  m.def("_set_eager_mode", [](const std::string& mode) { eager::set_eager_mode(eager_mode_named(mode)); });
+  m.def("_eager_mode", [] {
+    switch (settings().eager) {
+      case EagerMode::kDebug: return "debug";
+      case EagerMode::kFused: return "fused";
+      default: return "strict";
+    }
+  });
+  m.def("_fused_flush", [](const std::string& why, int device) { eager::flush(device, why); },
+        py::arg("why"), py::arg("device") = -1);
+  m.def("_fused_pending_ops", &eager::pending_ops);
   m.def("_set_init_error", &set_init_error);
   m.def("_synchronize", &synchronize, py::arg("device") = -1,
         py::call_guard<py::gil_scoped_release>());

@@ -14,6 +14,8 @@ struct BackendSettings {
   FallbackMode fallback = FallbackMode::kWarn;
   // Every compiled program is written here (and named in compile errors).
   std::string dump_dir;
+  // Fused eager: launches a pending graph holds before it runs anyway.
+  int fused_max_ops = 1024;
 };
 
 const BackendSettings& settings();

@@ -64,7 +64,7 @@ Rendezvous::Results launch(const hlo::CollectiveSpec& spec,
       key, [&](hlo::Builder& b) { hlo::build_collective_program(b, spec); },
       pjrt::CompileOptions::replicated(ids));
 
-  std::vector<pjrt::Device> devices = program.executable->addressable_devices();
+  std::vector<pjrt::Device> devices = program.executable()->addressable_devices();
   std::vector<size_t> owner(devices.size());
   std::vector<std::vector<const pjrt::Buffer*>> args(devices.size());
   for (size_t d = 0; d < devices.size(); ++d) {
@@ -75,7 +75,7 @@ Rendezvous::Results launch(const hlo::CollectiveSpec& spec,
   }
   pjrt::ExecuteOptions options;
   options.launch_id = next_launch_id();
-  std::vector<pjrt::ExecuteResult> results = program.executable->execute_all(args, options);
+  std::vector<pjrt::ExecuteResult> results = program.executable()->execute_all(args, options);
   Rendezvous::Results out(all.size());
   for (size_t d = 0; d < results.size(); ++d) {
     backend::track(all[owner[d]].device, std::move(results[d].done));

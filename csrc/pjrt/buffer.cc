@@ -38,6 +38,7 @@ PJRT_Client_BufferFromHostBuffer_Args host_buffer_args(const Client& client, con
 
 Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer)
     : client_(std::move(client)), buffer_(buffer) {
+  if (buffer_ == nullptr) return;  // a deferred buffer: Buffer::deferred sets the shape
   try {
     read_shape();
   } catch (...) {
@@ -49,6 +50,7 @@ Buffer::Buffer(std::shared_ptr<Client> client, PJRT_Buffer* buffer)
 Buffer::Buffer(Buffer&& other) noexcept
     : client_(std::move(other.client_)),
       buffer_(std::exchange(other.buffer_, nullptr)),
+      source_(std::move(other.source_)),
       type_(other.type_),
       dims_(std::move(other.dims_)) {}
 
@@ -57,6 +59,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     reset();
     client_ = std::move(other.client_);
     buffer_ = std::exchange(other.buffer_, nullptr);
+    source_ = std::move(other.source_);
     type_ = other.type_;
     dims_ = std::move(other.dims_);
   }
@@ -66,7 +69,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 void Buffer::read_shape() {
   const PJRT_Api* api = client_->api();
   auto type_args = TORCH_PJRT_ARGS(PJRT_Buffer_ElementType_Args);
-  type_args.buffer = buffer_;
+  type_args.buffer = raw();
   check(api, api->PJRT_Buffer_ElementType(&type_args), "PJRT_Buffer_ElementType");
   auto type = from_pjrt(type_args.type);
   if (!type) {
@@ -76,17 +79,51 @@ void Buffer::read_shape() {
   }
   type_ = *type;
   auto dims_args = TORCH_PJRT_ARGS(PJRT_Buffer_Dimensions_Args);
-  dims_args.buffer = buffer_;
+  dims_args.buffer = raw();
   check(api, api->PJRT_Buffer_Dimensions(&dims_args), "PJRT_Buffer_Dimensions");
   dims_.assign(dims_args.dims, dims_args.dims + dims_args.num_dims);
 }
 
 Buffer::~Buffer() { reset(); }
 
+Buffer Buffer::deferred(std::shared_ptr<Client> client, ElementType type,
+                        std::vector<int64_t> dims, std::weak_ptr<DeferredSource> source) {
+  Buffer b(std::move(client), nullptr);
+  b.type_ = type;
+  b.dims_ = std::move(dims);
+  b.source_ = std::move(source);
+  return b;
+}
+
+void Buffer::fulfil(Buffer&& value) const {
+  if (buffer_ != nullptr) {
+    throw Error("Buffer::fulfil", ErrorCode::kInternal, "the buffer already has contents");
+  }
+  if (value.type_ != type_ || value.dims_ != dims_) {
+    throw Error("Buffer::fulfil", ErrorCode::kInternal,
+                "the produced buffer's type or dims differ from the deferred one's");
+  }
+  buffer_ = std::exchange(value.buffer_, nullptr);
+  source_.reset();
+}
+
+PJRT_Buffer* Buffer::materialize() const {
+  std::shared_ptr<DeferredSource> source = source_.lock();
+  if (!source) {
+    throw Error("Buffer", ErrorCode::kFailedPrecondition,
+                "the buffer has no contents (deleted, donated, or its producer is gone)");
+  }
+  source->materialize(*this);
+  if (buffer_ == nullptr) {
+    throw Error("Buffer", ErrorCode::kInternal, "the deferred buffer's producer did not fill it");
+  }
+  return buffer_;
+}
+
 void Buffer::reset() noexcept {
   if (buffer_ == nullptr) return;
   auto args = TORCH_PJRT_ARGS(PJRT_Buffer_Destroy_Args);
-  args.buffer = buffer_;
+  args.buffer = raw();
   if (PJRT_Error* error = client_->api()->PJRT_Buffer_Destroy(&args)) {
     take_error(client_->api(), error, "PJRT_Buffer_Destroy");
   }
@@ -131,7 +168,7 @@ Event Buffer::to_host_async(void* dst, size_t dst_size) const {
                     std::to_string(expected));
   }
   auto args = TORCH_PJRT_ARGS(PJRT_Buffer_ToHostBuffer_Args);
-  args.src = buffer_;
+  args.src = raw();
   args.dst = dst;
   args.dst_size = dst_size;
   const PJRT_Api* api = client_->api();
@@ -157,7 +194,7 @@ Event Buffer::copy_raw_to_host_async(void* dst, int64_t offset, int64_t size) co
                     ") are outside the buffer's " + std::to_string(byte_size()));
   }
   auto args = TORCH_PJRT_ARGS(PJRT_Buffer_CopyRawToHost_Args);
-  args.buffer = buffer_;
+  args.buffer = raw();
   args.dst = dst;
   args.offset = offset;
   args.transfer_size = size;
@@ -168,7 +205,7 @@ Event Buffer::copy_raw_to_host_async(void* dst, int64_t offset, int64_t size) co
 
 Buffer Buffer::copy_to(const Device& device) const {
   auto args = TORCH_PJRT_ARGS(PJRT_Buffer_CopyToDevice_Args);
-  args.buffer = buffer_;
+  args.buffer = raw();
   args.dst_device = device.raw();
   const PJRT_Api* api = client_->api();
   check(api, api->PJRT_Buffer_CopyToDevice(&args), "PJRT_Buffer_CopyToDevice");
@@ -186,7 +223,7 @@ size_t Buffer::byte_size() const { return element_count() * byte_width(element_t
 
 size_t Buffer::on_device_size() const {
   auto args = TORCH_PJRT_ARGS(PJRT_Buffer_OnDeviceSizeInBytes_Args);
-  args.buffer = buffer_;
+  args.buffer = raw();
   const PJRT_Api* api = client_->api();
   check(api, api->PJRT_Buffer_OnDeviceSizeInBytes(&args), "PJRT_Buffer_OnDeviceSizeInBytes");
   return args.on_device_size_in_bytes;
@@ -194,7 +231,7 @@ size_t Buffer::on_device_size() const {
 
 Device Buffer::device() const {
   auto args = TORCH_PJRT_ARGS(PJRT_Buffer_Device_Args);
-  args.buffer = buffer_;
+  args.buffer = raw();
   const PJRT_Api* api = client_->api();
   check(api, api->PJRT_Buffer_Device(&args), "PJRT_Buffer_Device");
   return Device(api, args.device);
@@ -202,7 +239,7 @@ Device Buffer::device() const {
 
 Event Buffer::ready_event() const {
   auto args = TORCH_PJRT_ARGS(PJRT_Buffer_ReadyEvent_Args);
-  args.buffer = buffer_;
+  args.buffer = raw();
   const PJRT_Api* api = client_->api();
   check(api, api->PJRT_Buffer_ReadyEvent(&args), "PJRT_Buffer_ReadyEvent");
   return Event(api, args.event);
@@ -210,14 +247,15 @@ Event Buffer::ready_event() const {
 
 void Buffer::release_device_memory() {
   auto args = TORCH_PJRT_ARGS(PJRT_Buffer_Delete_Args);
-  args.buffer = buffer_;
+  args.buffer = raw();
   const PJRT_Api* api = client_->api();
   check(api, api->PJRT_Buffer_Delete(&args), "PJRT_Buffer_Delete");
 }
 
 bool Buffer::is_deleted() const {
+  if (buffer_ == nullptr) return source_.expired();  // deferred: not deleted, not produced yet
   auto args = TORCH_PJRT_ARGS(PJRT_Buffer_IsDeleted_Args);
-  args.buffer = buffer_;
+  args.buffer = raw();
   const PJRT_Api* api = client_->api();
   check(api, api->PJRT_Buffer_IsDeleted(&args), "PJRT_Buffer_IsDeleted");
   return args.is_deleted;

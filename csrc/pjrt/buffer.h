@@ -16,6 +16,17 @@
 
 namespace torch_pjrt::pjrt {
 
+class Buffer;
+
+// What produces deferred buffers (fused eager's pending graph): asked for a
+// buffer's contents the first time anything needs its PJRT handle, it runs
+// the work and fulfils the buffer before returning, or throws.
+class DeferredSource {
+ public:
+  virtual ~DeferredSource() = default;
+  virtual void materialize(const Buffer& buffer) = 0;
+};
+
 class Buffer {
  public:
   // Takes ownership of `buffer`, created by `client`.
@@ -25,6 +36,18 @@ class Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer();
+
+  // A buffer whose contents a later execution will produce: its type and
+  // dims are known now, its PJRT handle once `source` has run. Any use of
+  // the handle (a copy, an execution input) asks `source` for it first.
+  static Buffer deferred(std::shared_ptr<Client> client, ElementType type,
+                         std::vector<int64_t> dims, std::weak_ptr<DeferredSource> source);
+  // True until a deferred buffer has been fulfilled.
+  bool is_deferred() const { return buffer_ == nullptr && !source_.expired(); }
+  // Gives a deferred buffer its contents (`value` must have its type and
+  // dims). Called by the source; const because holders share the buffer
+  // through shared_ptr<const Buffer> as well.
+  void fulfil(Buffer&& value) const;
 
   // Copies dense row-major host data onto `device`. The copy of `data` is
   // taken before this returns, so the host memory may be reused at once.
@@ -52,7 +75,8 @@ class Buffer {
   // A copy of this buffer on another device of the same client.
   Buffer copy_to(const Device& device) const;
 
-  PJRT_Buffer* raw() const { return buffer_; }
+  // The PJRT handle; materializes a deferred buffer first.
+  PJRT_Buffer* raw() const { return buffer_ != nullptr ? buffer_ : materialize(); }
   const std::shared_ptr<Client>& client() const { return client_; }
   ElementType element_type() const;
   std::vector<int64_t> dims() const;
@@ -72,8 +96,12 @@ class Buffer {
  private:
   void reset() noexcept;
   void read_shape();
+  PJRT_Buffer* materialize() const;
   std::shared_ptr<Client> client_;
-  PJRT_Buffer* buffer_ = nullptr;
+  // Mutable only so that a deferred buffer can be fulfilled in place, where
+  // every holder sees it; a fulfilled buffer never changes again.
+  mutable PJRT_Buffer* buffer_ = nullptr;
+  mutable std::weak_ptr<DeferredSource> source_;
   // A buffer's type and dims never change: read once, not on every use
   // (the eager hot path asks for them several times per op).
   ElementType type_ = ElementType::kF32;

@@ -18,6 +18,7 @@ from ._C import PjrtError
 from ._metrics import metrics, reset_metrics
 from ._compile import compile_report, explain, reset_compile_report
 from ._settings import Settings, settings
+from ._eager_mode import eager_mode, flush_pending, get_eager_mode, set_eager_mode
 from . import runtime
 
 
@@ -72,14 +73,12 @@ def _drain_at_exit() -> None:
 _register_device()
 _start_runtime()
 atexit.register(_drain_at_exit)
-if settings().eager == "fused":
-    warnings.warn(
-        "torch_pjrt: TORCH_PJRT_EAGER=fused is not implemented yet; ops run in strict eager mode",
-        RuntimeWarning,
-        stacklevel=2,
-    )
+from . import _eager_mode  # noqa: E402
+
+_eager_mode.install_optimizer_hook()
 
 __version__ = "0.1.0"
 
-__all__ = ["PjrtError", "Settings", "compile_report", "explain", "metrics", "reset_compile_report",
-           "reset_metrics", "runtime", "settings"]
+__all__ = ["PjrtError", "Settings", "compile_report", "eager_mode", "explain", "flush_pending",
+           "get_eager_mode", "metrics", "reset_compile_report", "reset_metrics", "runtime",
+           "set_eager_mode", "settings"]

@@ -30,6 +30,13 @@ def metrics() -> dict[str, Any]:
         "device_busy_seconds": counters.get("device_busy_seconds", 0.0),
         "device_idle_seconds": counters.get("device_idle_seconds", 0.0),
         "timeline_programs": counters.get("timeline_programs", 0),
+        # Fused eager: launches recorded into pending graphs, the graphs run
+        # and compiled, and what made each graph run (why -> count).
+        "fused_ops_recorded": counters.get("fused_ops_recorded", 0),
+        "fused_graphs_run": counters.get("fused_graphs_run", 0),
+        "fused_graphs_compiled": counters.get("fused_graphs_compiled", 0),
+        "fused_values_materialized": counters.get("fused_values_materialized", 0),
+        "fused_flushes": dict(counters.get("fused_flushes", {})),
     }
     # torch.compile(backend="tpu"): graphs received, programs compiled for
     # them, calls, and nodes split out to run eagerly (no lowering).

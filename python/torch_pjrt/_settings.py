@@ -26,6 +26,7 @@ class Settings:
     cache_dir: str  # "" disables the disk cache
     dump_dir: str  # "" when unset
     inductor: str  # where torch.compile()'s default sends graphs on the device
+    fused_max_ops: int  # fused eager: launches a pending graph holds before it runs
 
 
 def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
@@ -77,4 +78,5 @@ def settings() -> Settings:
         cache_dir=_cache_dir(),
         dump_dir=os.environ.get("TORCH_PJRT_DUMP_DIR", "").strip(),
         inductor=_choice("TORCH_PJRT_INDUCTOR", "tpu", INDUCTOR_MODES),
+        fused_max_ops=_positive_int("TORCH_PJRT_FUSED_MAX_OPS", 1024),
     )

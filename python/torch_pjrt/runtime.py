@@ -48,7 +48,7 @@ def ensure_initialized() -> None:
         choice = resolve(s.plugin)
         _quiet_plugin_logs()
         _C._init_runtime(str(choice.path), s.cpu_devices, s.cache_dir, s.eager, s.fallback,
-                         s.dump_dir)
+                         s.dump_dir, s.fused_max_ops)
         _choice = choice
 
 

@@ -79,6 +79,8 @@ def modes() -> dict[str, Mode]:
              description=f"{dev} debug eager (waits after every op)"),
         Mode("tpu_strict", dev, env={"TORCH_PJRT_EAGER": "strict"},
              description=f"{dev} strict eager"),
+        Mode("tpu_fused", dev, env={"TORCH_PJRT_EAGER": "fused"},
+             description=f"{dev} fused eager (ops recorded, run as one program at sync points)"),
         Mode("tpu_compiled", dev, "tpu", env={"TORCH_PJRT_EAGER": "strict"},
              description=f'torch.compile(backend="tpu")'),
         Mode("cuda_eager", "cuda", description="CUDA PyTorch eager", unavailable=_no_cuda),

@@ -1,0 +1,95 @@
+#include "eager/fused_module.h"
+
+#include <stdexcept>
+#include <unordered_map>
+
+namespace torch_pjrt::eager {
+namespace {
+
+const backend::Program& program_of(const FusedCall& call) { return *call.program; }
+
+std::string types_of(const std::vector<hlo::TensorType>& types) {
+  std::string out;
+  for (size_t i = 0; i < types.size(); ++i) out += (i ? ", " : "") + types[i].mlir();
+  return out;
+}
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+    s.replace(at, from.size(), to);
+  }
+}
+
+}  // namespace
+
+std::string as_private_function(const std::string& module_text, const std::string& name) {
+  // hlo::Builder prints "module @NAME {\n  func.func public @main(...) ... {\n ... }\n}\n".
+  const std::string head = "func.func public @main(";
+  size_t begin = module_text.find(head);
+  size_t end = module_text.rfind('}');
+  if (begin == std::string::npos || end == std::string::npos || end <= begin) {
+    throw std::runtime_error("fused eager: an op program is not a one-function module");
+  }
+  std::string fn = "  func.func private @" + name + "(" +
+                   module_text.substr(begin + head.size(), end - begin - head.size());
+  replace_all(fn, " {jax.buffer_donor = true}", "");
+  return fn;
+}
+
+std::string fused_module_text(const std::vector<hlo::TensorType>& params,
+                              const std::vector<bool>& donated,
+                              const std::vector<FusedCall>& calls,
+                              const std::vector<FusedRef>& outputs) {
+  std::string functions;
+  std::unordered_map<const backend::Program*, std::string> names;
+  for (const FusedCall& call : calls) {
+    if (names.count(call.program)) continue;
+    std::string name = "op" + std::to_string(names.size());
+    functions += as_private_function(program_of(call).mlir, name);
+    names.emplace(call.program, std::move(name));
+  }
+
+  auto type_of = [&](const FusedRef& r) -> const hlo::TensorType& {
+    return r.node < 0 ? params[r.index] : calls[r.node].program->outputs[r.index];
+  };
+  auto name_of = [&](const FusedRef& r) {
+    if (r.node < 0) return "%a" + std::to_string(r.index);
+    const auto& outs = calls[r.node].program->outputs;
+    std::string base = "%c" + std::to_string(r.node);
+    return outs.size() == 1 ? base : base + "#" + std::to_string(r.index);
+  };
+
+  std::string main = "  func.func public @main(";
+  for (size_t i = 0; i < params.size(); ++i) {
+    main += (i ? ", " : "") + std::string("%a") + std::to_string(i) + ": " + params[i].mlir();
+    if (i < donated.size() && donated[i]) main += " {jax.buffer_donor = true}";
+  }
+  std::vector<hlo::TensorType> out_types;
+  for (const FusedRef& r : outputs) out_types.push_back(type_of(r));
+  main += ") -> (" + types_of(out_types) + ") {\n";
+  for (size_t n = 0; n < calls.size(); ++n) {
+    const backend::Program& p = *calls[n].program;
+    std::string lhs = "%c" + std::to_string(n);
+    if (p.outputs.size() != 1) lhs += ":" + std::to_string(p.outputs.size());
+    std::string args;
+    for (size_t i = 0; i < calls[n].inputs.size(); ++i) {
+      args += (i ? ", " : "") + name_of(calls[n].inputs[i]);
+    }
+    std::string results = p.outputs.size() == 1 ? p.outputs[0].mlir()
+                                                 : "(" + types_of(p.outputs) + ")";
+    if (p.outputs.empty()) {
+      main += "    func.call @" + names[&p] + "(" + args + ") : (" + types_of(p.parameters) +
+              ") -> ()\n";
+      continue;
+    }
+    main += "    " + lhs + " = func.call @" + names[&p] + "(" + args + ") : (" +
+            types_of(p.parameters) + ") -> " + results + "\n";
+  }
+  main += "    return";
+  for (size_t i = 0; i < outputs.size(); ++i) main += (i ? ", " : " ") + name_of(outputs[i]);
+  if (!outputs.empty()) main += " : " + types_of(out_types);
+  main += "\n  }\n";
+  return "module @fused_eager {\n" + functions + main + "}\n";
+}
+
+}  // namespace torch_pjrt::eager
