@@ -60,7 +60,13 @@ OPS: dict[str, Op] = {
     "cat": lambda a, b: torch.cat((a, b), 0),
 }
 SIZES: dict[str, tuple[int, int]] = {"small": (64, 64), "medium": (1024, 1024)}
-MODES = ("cpu", "tpu", "tpu_sync")  # tpu_sync: synchronize() after every op
+# tpu_sync: synchronize() after every op; tpu_fused: fused eager, every op's
+# result kept and produced, in pending graphs of FUSED_CHUNK ops. The calls of
+# a batch are identical, and XLA computes identical expressions once, so the
+# fused figure is taken at the small size only, where it is the host's cost
+# of recording an op plus 1/64 of a program launch.
+MODES = ("cpu", "tpu", "tpu_sync", "tpu_fused")
+FUSED_CHUNK = 64
 
 CALIBRATION_S = 0.02  # grow N until one batch takes at least this long, then scale
 WARMUP_CALLS = 3
@@ -102,6 +108,13 @@ def run_batch(op: Op, a: torch.Tensor, b: torch.Tensor, n: int, mode: str) -> fl
             for _ in range(n):
                 op(a, b)
                 sync()
+        elif mode == "tpu_fused":
+            held: list[torch.Tensor] = []  # every result held while its graph runs
+            with torch_pjrt.eager_mode("fused"):
+                for _ in range(n // FUSED_CHUNK):
+                    held[:] = [op(a, b) for _ in range(FUSED_CHUNK)]
+                    torch_pjrt.flush_pending()
+            sync()
         else:
             for _ in range(n):
                 op(a, b)
@@ -113,10 +126,11 @@ def run_batch(op: Op, a: torch.Tensor, b: torch.Tensor, n: int, mode: str) -> fl
 
 
 def calls_per_batch(op: Op, a: torch.Tensor, b: torch.Tensor, mode: str, target_s: float) -> int:
-    n = 1
+    step = FUSED_CHUNK if mode == "tpu_fused" else 1  # fused: whole chunks, one program
+    n = step
     while (elapsed := run_batch(op, a, b, n, mode)) < CALIBRATION_S:
         n *= 2
-    return max(1, round(target_s * n / elapsed))
+    return max(step, round(target_s * n / elapsed / step) * step)
 
 
 def compile_events() -> dict[str, int]:
@@ -132,41 +146,53 @@ def compile_events() -> dict[str, int]:
 
 def bench_op(name: str, shape: tuple[int, int], batches: int, target_s: float) -> dict[str, Any]:
     op = OPS[name]
+    modes = MODES if shape == SIZES["small"] else tuple(m for m in MODES if m != "tpu_fused")
     gen = torch.Generator().manual_seed(0)
     a_cpu, b_cpu = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
     a_dev, b_dev = a_cpu.to(DEVICE), b_cpu.to(DEVICE)
-    inputs = {"cpu": (a_cpu, b_cpu), "tpu": (a_dev, b_dev), "tpu_sync": (a_dev, b_dev)}
+    inputs = {"cpu": (a_cpu, b_cpu), "tpu": (a_dev, b_dev), "tpu_sync": (a_dev, b_dev),
+              "tpu_fused": (a_dev, b_dev)}
 
     # Warm-up: compiles the program, and checks it computes what CPU PyTorch does.
     for _ in range(WARMUP_CALLS):
         expected, got = op(a_cpu, b_cpu), op(a_dev, b_dev)
     sync()
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-3)
+    with torch_pjrt.eager_mode("fused"):
+        torch.testing.assert_close(op(a_dev, b_dev).cpu(), expected, rtol=1e-4, atol=1e-3)
+    run_batch(op, a_dev, b_dev, FUSED_CHUNK, "tpu_fused")  # its one program
 
     # Everything after warm-up counts, calibration included.
     before = compile_events()
-    n = {mode: calls_per_batch(op, *inputs[mode], mode, target_s) for mode in MODES}
-    executions_before = torch_pjrt.metrics()["executions"]
-    samples: dict[str, list[float]] = {mode: [] for mode in MODES}
+    n = {mode: calls_per_batch(op, *inputs[mode], mode, target_s) for mode in modes}
+    executions = {mode: 0 for mode in modes}
+    samples: dict[str, list[float]] = {mode: [] for mode in modes}
     for _ in range(batches):
-        for mode in MODES:
+        for mode in modes:
+            executions_before = torch_pjrt.metrics()["executions"]
             elapsed = run_batch(op, *inputs[mode], n[mode], mode)
+            executions[mode] += torch_pjrt.metrics()["executions"] - executions_before
             samples[mode].append(elapsed / n[mode] * 1e6)
-    executions = torch_pjrt.metrics()["executions"] - executions_before
     after = compile_events()
     device_calls = (n["tpu"] + n["tpu_sync"]) * batches
 
-    results = {mode: Measurement(n[mode], samples[mode]) for mode in MODES}
+    results = {mode: Measurement(n[mode], samples[mode]) for mode in modes}
+    fused = results.get("tpu_fused")
     cpu_us = results["cpu"].median_us
     return {
         "op": name,
         "size": "x".join(map(str, shape)),
         "tpu_over_cpu": round(results["tpu"].median_us / cpu_us, 3),
         "tpu_sync_over_cpu": round(results["tpu_sync"].median_us / cpu_us, 3),
-        **{mode: results[mode].as_dict() for mode in MODES},
+        "tpu_fused_over_cpu": round(fused.median_us / cpu_us, 3) if fused else None,
+        **{mode: results[mode].as_dict() if mode in results else None for mode in MODES},
         "after_warmup": {
             **{key: after[key] - before[key] for key in before},
-            "executions_per_call": round(executions / device_calls, 3),
+            "executions_per_call": round((executions["tpu"] + executions["tpu_sync"])
+                                         / device_calls, 3),
+            "fused_executions_per_call": (round(executions["tpu_fused"]
+                                                / (n["tpu_fused"] * batches), 4)
+                                          if fused else None),
         },
     }
 
@@ -210,6 +236,12 @@ def overheads(ops: list[dict[str, Any]], reference: dict[str, Any] | None) -> li
     ]
 
 
+def fused_cell(r: dict[str, Any], what: str) -> str:
+    if r["tpu_fused"] is None:
+        return "n/a"
+    return f"{fmt(r['tpu_fused_over_cpu'])}x" if what == "ratio" else fmt(r["tpu_fused"]["median_us"])
+
+
 def markdown(record: dict[str, Any]) -> str:
     machine, checks = record["machine"], record["checks"]
     header = (
@@ -220,17 +252,22 @@ def markdown(record: dict[str, Any]) -> str:
         f"{record['torch']['threads']} threads; eager mode {record['eager']}. float32; "
         f"each time is the median per op over {record['config']['batches']} batches of "
         f'~{record["config"]["target_batch_ms"]:.0f} ms. "tpu" synchronizes once per batch, '
-        f'"tpu+sync" after every op.\n\n'
+        f'"tpu+sync" after every op; "fused" is fused eager with every result kept, run as '
+        f"one program per {FUSED_CHUNK} ops (small size only: XLA computes the batch's "
+        f"identical calls once, so at a large size it would measure that).\n\n"
     )
     table = [
-        "| Op | Size | tpu / CPU | tpu+sync / CPU | CPU µs | tpu µs | tpu+sync µs |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| Op | Size | tpu / CPU | tpu+sync / CPU | fused / CPU | CPU µs | tpu µs | tpu+sync µs "
+        "| fused µs |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in record["ops"]:
         table.append(
             f"| {r['op']} | {r['size']} | {fmt(r['tpu_over_cpu'])}x "
-            f"| {fmt(r['tpu_sync_over_cpu'])}x | {fmt(r['cpu']['median_us'])} "
-            f"| {fmt(r['tpu']['median_us'])} | {fmt(r['tpu_sync']['median_us'])} |"
+            f"| {fmt(r['tpu_sync_over_cpu'])}x | {fused_cell(r, 'ratio')} "
+            f"| {fmt(r['cpu']['median_us'])} "
+            f"| {fmt(r['tpu']['median_us'])} | {fmt(r['tpu_sync']['median_us'])} "
+            f"| {fused_cell(r, 'us')} |"
         )
 
     reference = record["runtime_reference"]
@@ -262,7 +299,8 @@ def markdown(record: dict[str, Any]) -> str:
         f"\nTimed loops after warm-up: {checks['compilations']} compilations, "
         f"{checks['cache_hits_disk']} disk cache hits, {checks['program_cache_misses']} "
         f"program cache misses, {checks['fallback_ops']} fallback ops; "
-        f"executions per tpu call: {checks['executions_per_call']}.\n"
+        f"executions per tpu call: {checks['executions_per_call']}; per fused call: "
+        f"{checks['fused_executions_per_call']}.\n"
     )
     return header + "\n".join(table) + "\n" + overhead + check
 
@@ -289,7 +327,8 @@ def main() -> None:
                 f"{name:>4} {r['size']:>9}: tpu/CPU {r['tpu_over_cpu']:7.3g}x, "
                 f"tpu+sync/CPU {r['tpu_sync_over_cpu']:7.3g}x  (CPU "
                 f"{r['cpu']['median_us']:.4g} µs, tpu {r['tpu']['median_us']:.4g} µs, "
-                f"tpu+sync {r['tpu_sync']['median_us']:.4g} µs)",
+                f"tpu+sync {r['tpu_sync']['median_us']:.4g} µs, "
+                f"fused {fused_cell(r, 'us')} µs)",
                 flush=True,
             )
 
@@ -297,6 +336,10 @@ def main() -> None:
     checks: dict[str, Any] = {key: sum(r["after_warmup"][key] for r in ops) for key in counted}
     per_call = {r["after_warmup"]["executions_per_call"] for r in ops}
     checks["executions_per_call"] = per_call.pop() if len(per_call) == 1 else sorted(per_call)
+    fused_per_call = {r["after_warmup"]["fused_executions_per_call"] for r in ops
+                      if r["after_warmup"]["fused_executions_per_call"] is not None}
+    checks["fused_executions_per_call"] = (fused_per_call.pop() if len(fused_per_call) == 1
+                                           else sorted(fused_per_call))
     checks["zero_compilations"] = checks["compilations"] + checks["cache_hits_disk"] == 0
     checks["zero_fallbacks"] = checks["fallback_ops"] == 0
     reference = runtime_reference(args.out_dir, tag)

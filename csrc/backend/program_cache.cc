@@ -41,6 +41,8 @@ std::string reason_for(const ProgramKey& key) {
   return std::string(why) + ": " + key.op();
 }
 
+}  // namespace
+
 // With TORCH_PJRT_DUMP_DIR set every program is written before it is
 // compiled; a compile error says where, or how to keep the program.
 std::string dump_program(const std::string& op, const std::string& mlir) {
@@ -56,8 +58,6 @@ std::string dump_program(const std::string& op, const std::string& mlir) {
   std::fclose(f);
   return "the program was written to " + path;
 }
-
-}  // namespace
 
 ProgramKey& ProgramKey::shape(c10::ArrayRef<int64_t> dims) {
   shapes_.add(static_cast<uint64_t>(dims.size()));

@@ -75,6 +75,10 @@ const Program& program_for(const ProgramKey& key, const std::function<void(hlo::
 const Program& program_for(const ProgramKey& key, const std::function<void(hlo::Builder&)>& build,
                            const pjrt::CompileOptions& options);
 
+// Writes `mlir` to TORCH_PJRT_DUMP_DIR as <name>-<hash>.mlir; says where, or
+// how to keep programs when no dump folder is set.
+std::string dump_program(const std::string& name, const std::string& mlir);
+
 // Programs compiled for a pending fused graph are counted with their
 // reason like any other ("fused graph: 312 ops").
 void note_compile_reason(const std::string& reason);

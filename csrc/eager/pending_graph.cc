@@ -134,7 +134,15 @@ void flush_locked(int device, const std::string& why) {
         }
       }
       std::string text = fused_module_text(param_types, donated, calls, outputs);
-      exe = backend::runtime().cache().get_or_compile(text).executable;
+      std::string dumped =
+          backend::settings().dump_dir.empty() ? "" : backend::dump_program("fused_eager", text);
+      try {
+        exe = backend::runtime().cache().get_or_compile(text).executable;
+      } catch (const pjrt::Error& e) {
+        throw std::runtime_error(std::string(e.what()) + " (" +
+                                 (dumped.empty() ? backend::dump_program("fused_eager", text)
+                                                 : dumped) + ")");
+      }
       counters.graphs_compiled++;
       backend::note_compile_reason("fused eager graph: " + std::to_string(g->nodes.size()) +
                                    " ops, run at " + why);
