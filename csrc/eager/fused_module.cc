@@ -1,5 +1,6 @@
 #include "eager/fused_module.h"
 
+#include <cctype>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -44,7 +45,9 @@ std::string fused_module_text(const std::vector<hlo::TensorType>& params,
   std::unordered_map<const backend::Program*, std::string> names;
   for (const FusedCall& call : calls) {
     if (names.count(call.program)) continue;
-    std::string name = "op" + std::to_string(names.size());
+    // Named after the op, so a dumped fused program reads as what was recorded.
+    std::string name = "f" + std::to_string(names.size()) + "_";
+    for (char c : call.program->op) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
     functions += as_private_function(program_of(call).mlir, name);
     names.emplace(call.program, std::move(name));
   }
