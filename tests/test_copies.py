@@ -153,3 +153,40 @@ def test_save_and_load_with_map_location(tmp_path):
     torch.save(torch.arange(4).cpu(), buffer)
     buffer.seek(0)
     assert torch.load(buffer, map_location=NAME).device.type == NAME
+
+
+def test_pinned_memory_is_pinned_and_uploads_without_blocking():
+    host = torch.randn(256, 64)
+    pinned = host.pin_memory()
+    assert pinned.is_pinned() and pinned[10:].is_pinned() and not host.is_pinned()
+    torch.testing.assert_close(pinned, host)
+    # The source is dropped at once: the copy keeps what it reads alive.
+    d = host.clone().pin_memory().to(NAME, non_blocking=True)
+    e = pinned[3:7].to(NAME, non_blocking=True)  # a view of pinned memory
+    getattr(torch, NAME).synchronize()
+    torch.testing.assert_close(d.cpu(), host)
+    torch.testing.assert_close(e.cpu(), host[3:7])
+
+
+def test_dataloader_pin_memory_feeds_a_training_loop():
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 8, generator=g),
+                                          torch.randn(64, 1, generator=g))
+
+    def train(device: str, pin: bool) -> list[float]:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = []
+        for x, y in torch.utils.data.DataLoader(data, batch_size=16, pin_memory=pin):
+            if pin:
+                assert x.is_pinned() and y.is_pinned()
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    torch.testing.assert_close(train(NAME, True), train("cpu", False), rtol=1e-5, atol=1e-6)

@@ -9,6 +9,7 @@
 
 #include "backend/device_storage.h"
 #include "backend/execute.h"
+#include "backend/pinned_memory.h"
 #include "backend/program_cache.h"
 #include "backend/runtime_state.h"
 #include "backend/tensor_access.h"
@@ -105,8 +106,13 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
         host = host.to(dst.scalar_type());
         fresh = true;
       }
-      value = upload(host, device, fresh);
-      (void)non_blocking;  // uploads of user memory are copied before returning
+      // Uploads of the caller's memory are copied before returning, except
+      // non_blocking ones from pinned memory, which the caller promised to
+      // leave alone until the device has it (as CUDA asks): they return at
+      // once and overlap with running programs.
+      bool async = fresh || (non_blocking && host.is_contiguous() &&
+                             is_pinned_ptr(host.data_ptr()));
+      value = upload(host, device, async);
     }
     value = convert_and_broadcast(std::move(value), self, dst);
     write_tensor(dst, std::move(value));

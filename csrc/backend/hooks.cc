@@ -5,6 +5,7 @@
 
 #include "backend/device_storage.h"
 #include "backend/generator.h"
+#include "backend/pinned_memory.h"
 #include "backend/runtime_state.h"
 #include "backend/storage_resize.h"
 
@@ -25,11 +26,8 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     auto* slot = static_cast<DeviceStorage*>(data);
     return at::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(slot->device));
   }
-  bool isPinnedPtr(const void*) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override {
-    // Host memory needs no pinning for PJRT transfers: plain CPU memory.
-    return c10::GetAllocator(c10::DeviceType::CPU);
-  }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_ptr(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
   bool hasPrimaryContext(c10::DeviceIndex device) const override {
     return runtime_initialized() && device >= 0 && device < deviceCount();
   }
