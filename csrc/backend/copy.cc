@@ -8,9 +8,9 @@
 #include <torch/library.h>
 
 #include "backend/device_storage.h"
-#include "backend/execute.h"
+#include "eager/execute.h"
 #include "backend/pinned_memory.h"
-#include "backend/program_cache.h"
+#include "eager/program_cache.h"
 #include "backend/runtime_state.h"
 #include "backend/tensor_access.h"
 #include "ops/dtypes.h"

@@ -2,7 +2,7 @@
 // Streams are PJRT's own ordering; there is one default stream per device.
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include "backend/execute.h"
+#include "eager/execute.h"
 #include "backend/runtime_state.h"
 
 namespace torch_pjrt::backend {

@@ -4,7 +4,7 @@
 
 #include <ATen/core/Generator.h>
 
-#include "backend/execute.h"
+#include "eager/execute.h"
 
 namespace torch_pjrt::backend {
 

@@ -14,10 +14,10 @@
 #include <sstream>
 
 #include "backend/device_storage.h"
-#include "backend/execute.h"
+#include "eager/execute.h"
 #include "backend/generator.h"
-#include "backend/op_kernel.h"
-#include "backend/program_cache.h"
+#include "eager/op_kernel.h"
+#include "eager/program_cache.h"
 #include "backend/runtime_state.h"
 #include "backend/tensor_access.h"
 #include "ops/dtypes.h"

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/program_cache.h"
+#include "eager/program_cache.h"
 
 namespace torch_pjrt::backend {
 

@@ -9,7 +9,7 @@
 #include <ATen/ExpandUtils.h>
 #include <torch/library.h>
 
-#include "backend/execute.h"
+#include "eager/execute.h"
 
 namespace torch_pjrt::backend {
 namespace {

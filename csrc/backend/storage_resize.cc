@@ -1,8 +1,8 @@
 #include "backend/storage_resize.h"
 
 #include "backend/device_storage.h"
-#include "backend/execute.h"
-#include "backend/program_cache.h"
+#include "eager/execute.h"
+#include "eager/program_cache.h"
 
 namespace torch_pjrt::backend {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backend/device_storage.h"
-#include "backend/execute.h"
+#include "eager/execute.h"
 #include "hlo/types.h"
 
 namespace torch_pjrt::backend {

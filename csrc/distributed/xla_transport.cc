@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <set>
 
-#include "backend/execute.h"
-#include "backend/program_cache.h"
+#include "eager/execute.h"
+#include "eager/program_cache.h"
 #include "backend/runtime_state.h"
 #include "backend/tensor_access.h"
 #include "ops/dtypes.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/program_cache.h"
+#include "eager/program_cache.h"
 #include "hlo/types.h"
 
 namespace torch_pjrt::eager {

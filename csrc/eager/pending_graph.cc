@@ -8,7 +8,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "backend/device_events.h"
+#include "eager/device_events.h"
 #include "backend/runtime_state.h"
 #include "backend/settings.h"
 #include "eager/fused_module.h"

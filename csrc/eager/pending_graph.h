@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/program_cache.h"
+#include "eager/program_cache.h"
 #include "pjrt/buffer.h"
 
 namespace torch_pjrt::eager {

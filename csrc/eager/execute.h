@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "backend/device_events.h"
-#include "backend/program_cache.h"
+#include "eager/device_events.h"
+#include "eager/program_cache.h"
 #include "pjrt/buffer.h"
 
 namespace torch_pjrt::backend {

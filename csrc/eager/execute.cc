@@ -1,4 +1,4 @@
-#include "backend/execute.h"
+#include "eager/execute.h"
 
 #include <c10/util/Exception.h>
 #include <c10/util/BFloat16.h>
@@ -9,7 +9,7 @@
 #include <map>
 #include <mutex>
 
-#include "backend/device_events.h"
+#include "eager/device_events.h"
 #include "backend/runtime_state.h"
 #include "backend/settings.h"
 #include "eager/pending_graph.h"

@@ -1,4 +1,4 @@
-#include "backend/op_kernel.h"
+#include "eager/op_kernel.h"
 
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
@@ -9,10 +9,10 @@
 #include <unordered_map>
 
 #include "backend/device_storage.h"
-#include "backend/execute.h"
+#include "eager/execute.h"
 #include "backend/generator.h"
 #include "backend/runtime_state.h"
-#include "backend/program_cache.h"
+#include "eager/program_cache.h"
 #include "backend/tensor_access.h"
 #include "ops/dtypes.h"
 #include "ops/lowering.h"

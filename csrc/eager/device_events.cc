@@ -1,4 +1,4 @@
-#include "backend/device_events.h"
+#include "eager/device_events.h"
 
 #include <deque>
 #include <map>

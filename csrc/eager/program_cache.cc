@@ -1,4 +1,4 @@
-#include "backend/program_cache.h"
+#include "eager/program_cache.h"
 
 #include <c10/util/Exception.h>
 
