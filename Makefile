@@ -82,6 +82,7 @@ bench-runtime: cpp
 
 bench-eager: build
 	$(PY) benchmarks/eager_ops.py
+	$(PY) benchmarks/dataloader_feed.py
 
 bench-compile: build $(STAMPS)/bench-pip
 	$(PY) benchmarks/compile.py
