@@ -368,14 +368,37 @@ const ProgramChecks& checks_of(const Program& program, size_t num_results,
   return it->second;
 }
 
+// What a call needs from its schema, worked out once per operator: the
+// name, the lowering and the argument layout (a hot-path lookup by string
+// and a vector allocation per call otherwise).
+struct KnownOp {
+  std::string name;
+  const ops::Lowering* lowering = nullptr;
+  CallShape shape;
+};
+
+const KnownOp& known_op(const c10::FunctionSchema& schema) {
+  static std::mutex mutex;
+  static auto* known = new std::unordered_map<const c10::FunctionSchema*, KnownOp>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known->find(&schema);
+  if (it != known->end()) return it->second;
+  KnownOp entry;
+  entry.name = op_name(schema);
+  entry.lowering = ops::find_lowering(entry.name);
+  TORCH_INTERNAL_ASSERT(entry.lowering != nullptr, "torch_pjrt: no lowering for ", entry.name);
+  entry.shape = call_shape(schema);
+  return known->emplace(&schema, std::move(entry)).first->second;
+}
+
 }  // namespace
 
 void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = handle.schema();
-  std::string op = op_name(schema);
-  const ops::Lowering* lowering = ops::find_lowering(op);
-  TORCH_INTERNAL_ASSERT(lowering != nullptr, "torch_pjrt: no lowering for ", op);
-  CallShape shape = call_shape(schema);
+  const KnownOp& known = known_op(schema);
+  const std::string& op = known.name;
+  const ops::Lowering* lowering = known.lowering;
+  const CallShape& shape = known.shape;
   size_t nargs = schema.arguments().size();
   std::vector<c10::IValue> args(stack->end() - nargs, stack->end());
   torch::jit::drop(*stack, nargs);
