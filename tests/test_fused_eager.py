@@ -273,3 +273,28 @@ def test_autograd_matches_cpu():
     loss.backward()
     (x @ w).sigmoid().pow(2).mean().backward()
     torch.testing.assert_close(dw.grad.cpu(), w.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_a_32_token_decode_compiles_nothing_after_warm_up():
+    """Greedy generate() with a static cache, 32 tokens: the second run over
+    the same prompt length records the same per-token graphs and compiles
+    no program; the tokens are CPU's."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=64,
+                                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    kwargs = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False,
+                  cache_implementation="static")
+    prompts = [torch.tensor([[5, 17, 42, 99, 7]]), torch.tensor([[8, 3, 120, 64, 11]])]
+    expected = [model.generate(p, **kwargs) for p in prompts]
+    model.to(NAME)
+    compiled = []
+    for prompt, want in zip(prompts, expected):
+        before = m("fused_graphs_compiled")
+        got = model.generate(prompt.to(NAME), **kwargs).cpu()
+        compiled.append(m("fused_graphs_compiled") - before)
+        assert torch.equal(got, want)
+    assert compiled[0] > 0 and compiled[1] == 0, compiled
