@@ -37,11 +37,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def fused_eager() -> bool:
-    """True when the tests run under fused eager mode."""
-    return os.environ.get("TORCH_PJRT_EAGER") == "fused"
-
-
 _CACHE = tempfile.mkdtemp(prefix="torch_pjrt_test_cache_")
 os.environ["TORCH_PJRT_CACHE_DIR"] = _CACHE
 # Models come from configs or installed packages; never from a hub.

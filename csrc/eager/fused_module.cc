@@ -1,13 +1,10 @@
 #include "eager/fused_module.h"
 
-#include <cctype>
 #include <stdexcept>
 #include <unordered_map>
 
 namespace torch_pjrt::eager {
 namespace {
-
-const backend::Program& program_of(const FusedCall& call) { return *call.program; }
 
 std::string types_of(const std::vector<hlo::TensorType>& types) {
   std::string out;
@@ -46,9 +43,9 @@ std::string fused_module_text(const std::vector<hlo::TensorType>& params,
   for (const FusedCall& call : calls) {
     if (names.count(call.program)) continue;
     // Named after the op, so a dumped fused program reads as what was recorded.
-    std::string name = "f" + std::to_string(names.size()) + "_";
-    for (char c : call.program->op) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-    functions += as_private_function(program_of(call).mlir, name);
+    std::string name =
+        "f" + std::to_string(names.size()) + "_" + backend::identifier(call.program->op);
+    functions += as_private_function(call.program->mlir, name);
     names.emplace(call.program, std::move(name));
   }
 

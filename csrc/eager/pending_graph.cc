@@ -2,15 +2,13 @@
 
 #include <c10/util/Exception.h>
 
-#include <cstdio>
 #include <deque>
-#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
-#include "eager/device_events.h"
 #include "backend/runtime_state.h"
 #include "backend/settings.h"
+#include "eager/device_events.h"
 #include "eager/fused_module.h"
 #include "eager/loop_period.h"
 #include "pjrt/error.h"
@@ -59,10 +57,10 @@ void Graph::materialize(const pjrt::Buffer&) {
   flush_locked(device_, "value read");
 }
 
-Graph& graph_for(int device) {
+const std::shared_ptr<Graph>& graph_for(int device) {
   auto& g = graphs[device];
   if (!g) g = std::make_shared<Graph>(device);
-  return *g;
+  return g;
 }
 
 FusedRef param_ref(Graph& g, const BufferPtr& input) {
@@ -121,52 +119,44 @@ void flush_locked(int device, const std::string& why) {
   }
   pjrt::Hash128 full = key.finish();
 
-  try {
-    std::shared_ptr<pjrt::Executable>& exe = executables[full];
-    if (!exe) {
-      std::vector<hlo::TensorType> param_types;
-      std::vector<FusedCall> calls;
-      param_types.resize(g->params.size());
-      for (const Node& node : g->nodes) {
-        calls.push_back(FusedCall{node.program, node.inputs});
-        for (size_t i = 0; i < node.inputs.size(); ++i) {
-          if (node.inputs[i].node < 0) param_types[node.inputs[i].index] = node.program->parameters[i];
-        }
+  std::shared_ptr<pjrt::Executable>& exe = executables[full];
+  if (!exe) {
+    std::vector<hlo::TensorType> param_types(g->params.size());
+    std::vector<FusedCall> calls;
+    for (const Node& node : g->nodes) {
+      calls.push_back(FusedCall{node.program, node.inputs});
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        if (node.inputs[i].node < 0) param_types[node.inputs[i].index] = node.program->parameters[i];
       }
-      std::string text = fused_module_text(param_types, donated, calls, outputs);
-      std::string dumped =
-          backend::settings().dump_dir.empty() ? "" : backend::dump_program("fused_eager", text);
-      try {
-        exe = backend::runtime().cache().get_or_compile(text).executable;
-      } catch (const pjrt::Error& e) {
-        throw std::runtime_error(std::string(e.what()) + " (" +
-                                 (dumped.empty() ? backend::dump_program("fused_eager", text)
-                                                 : dumped) + ")");
-      }
-      counters.graphs_compiled++;
-      backend::note_compile_reason("fused eager graph: " + std::to_string(g->nodes.size()) +
-                                   " ops, run at " + why);
     }
-    std::vector<const pjrt::Buffer*> raw;
-    raw.reserve(g->params.size());
-    for (const BufferPtr& p : g->params) raw.push_back(p.get());
-    auto& client = backend::runtime().client();
-    // Donated parameters are given up: the graph holds the last reference.
-    pjrt::ExecuteResult result = exe->execute(raw, client->device(device), {});
-    g->params.clear();
-    if (backend::settings().eager == backend::EagerMode::kDebug) {
-      result.done.await("fused eager graph");
-    } else {
-      backend::track(device, std::move(result.done));
+    std::string text;
+    try {
+      text = fused_module_text(param_types, donated, calls, outputs);
+    } catch (const std::runtime_error& e) {
+      TORCH_CHECK(false, "torch_pjrt: the ", describe(*g), " could not be built: ", e.what());
     }
-    for (size_t k = 0; k < targets.size(); ++k) targets[k]->fulfil(std::move(result.outputs[k]));
-    counters.graphs_run++;
-    counters.values_materialized += static_cast<int64_t>(targets.size());
-  } catch (const pjrt::Error& e) {
-    TORCH_CHECK(false, "torch_pjrt: the ", describe(*g), " failed: ", e.what());
-  } catch (const std::runtime_error& e) {
-    TORCH_CHECK(false, "torch_pjrt: the ", describe(*g), " failed: ", e.what());
+    exe = backend::compile_program(describe(*g), "fused_eager", text);
+    counters.graphs_compiled++;
+    backend::note_compile_reason("fused eager graph: " + std::to_string(g->nodes.size()) +
+                                 " ops, run at " + why);
   }
+  std::vector<const pjrt::Buffer*> raw;
+  raw.reserve(g->params.size());
+  for (const BufferPtr& p : g->params) raw.push_back(p.get());
+  pjrt::ExecuteResult result;
+  try {
+    // Donated parameters are given up: the graph holds the last reference.
+    result = exe->execute(raw, backend::runtime().client()->device(device), {});
+  } catch (const pjrt::Error& e) {
+    TORCH_CHECK(false, "torch_pjrt: the ", describe(*g), " failed on the device: ", e.what());
+  }
+  g->params.clear();
+  // Leaving fused mode runs the pending graph before the mode changes, so
+  // this is never debug mode: nothing waits here.
+  backend::track(device, std::move(result.done));
+  for (size_t k = 0; k < targets.size(); ++k) targets[k]->fulfil(std::move(result.outputs[k]));
+  counters.graphs_run++;
+  counters.values_materialized += static_cast<int64_t>(targets.size());
 }
 
 }  // namespace
@@ -182,29 +172,20 @@ std::vector<BufferPtr> record(const backend::Program& program,
       flush_locked(device, chunk ? "loop period" : "size cap");
     }
   }
-  // An input another device's graph will produce is materialized first
-  // (this may run that graph); it then enters as a parameter.
-  for (const BufferPtr& input : inputs) {
-    if (!input->is_deferred()) continue;
-    auto it = graphs.find(device);
-    bool ours = false;
-    if (it != graphs.end()) {
-      auto p = it->second->produced.find(input.get());
-      ours = p != it->second->produced.end() &&
-             it->second->nodes[p->second.node].outputs[p->second.index].lock() == input;
-    }
-    if (!ours) input->raw();
-  }
-  Graph& g = graph_for(device);
+  std::shared_ptr<Graph> self = graph_for(device);
+  Graph& g = *self;
   Node node;
   node.program = &program;
   g.key.add(program.key.high).add(program.key.low);
   for (const BufferPtr& input : inputs) {
     FusedRef ref;
-    auto p = g.produced.find(input.get());
-    if (input->is_deferred() && p != g.produced.end()) {
+    auto p = input->is_deferred() ? g.produced.find(input.get()) : g.produced.end();
+    if (p != g.produced.end() && g.nodes[p->second.node].outputs[p->second.index].lock() == input) {
       ref = p->second;
     } else {
+      // A value another device's graph will produce is materialized first
+      // (this runs that graph, never this one); it enters as a parameter.
+      if (input->is_deferred()) input->raw();
       ref = param_ref(g, input);
     }
     g.key.add(static_cast<uint64_t>(ref.node + 1)).add(static_cast<uint64_t>(ref.index));
@@ -212,7 +193,6 @@ std::vector<BufferPtr> record(const backend::Program& program,
   }
   std::vector<BufferPtr> results;
   auto& client = backend::runtime().client();
-  std::shared_ptr<Graph> self = graphs[device];
   int index = static_cast<int>(g.nodes.size());
   for (size_t i = 0; i < program.outputs.size(); ++i) {
     const hlo::TensorType& type = program.outputs[i];

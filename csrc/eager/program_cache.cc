@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <cctype>
 #include <map>
 #include <mutex>
 #include <set>
@@ -43,20 +44,39 @@ std::string reason_for(const ProgramKey& key) {
 
 }  // namespace
 
+std::string identifier(std::string_view op) {
+  std::string name;
+  for (char c : op) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return name;
+}
+
+namespace {
+
 // With TORCH_PJRT_DUMP_DIR set every program is written before it is
 // compiled; a compile error says where, or how to keep the program.
-std::string dump_program(const std::string& op, const std::string& mlir) {
+std::string dump_program(const std::string& name, const std::string& mlir) {
   const std::string& dir = settings().dump_dir;
   if (dir.empty()) return "set TORCH_PJRT_DUMP_DIR to keep the failing program";
-  std::string path = dir + "/" + op + "-" + pjrt::hash128(mlir).hex() + ".mlir";
-  for (char& c : path) {
-    if (c == ':') c = '_';
-  }
+  std::string path = dir + "/" + name + "-" + pjrt::hash128(mlir).hex() + ".mlir";
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return "could not write the program to " + path;
   std::fwrite(mlir.data(), 1, mlir.size(), f);
   std::fclose(f);
   return "the program was written to " + path;
+}
+
+}  // namespace
+
+std::shared_ptr<pjrt::Executable> compile_program(const std::string& what, const std::string& name,
+                                                  const std::string& mlir,
+                                                  const pjrt::CompileOptions& options) {
+  std::string dumped = settings().dump_dir.empty() ? "" : dump_program(name, mlir);
+  try {
+    return runtime().cache().get_or_compile(mlir, options).executable;
+  } catch (const pjrt::Error& e) {
+    TORCH_CHECK(false, "torch_pjrt: the StableHLO program for ", what, " failed to compile: ",
+                e.what(), " (", dumped.empty() ? dump_program(name, mlir) : dumped, ")");
+  }
 }
 
 ProgramKey& ProgramKey::shape(c10::ArrayRef<int64_t> dims) {
@@ -90,9 +110,7 @@ const Program& program_for(const ProgramKey& key, const std::function<void(hlo::
       return *it->second;
     }
   }
-  std::string name;
-  for (char c : key.op()) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  hlo::Builder builder(name);
+  hlo::Builder builder(identifier(key.op()));
   build(builder);
   auto program = std::make_unique<Program>();
   program->mlir = builder.to_mlir();
@@ -116,15 +134,7 @@ const Program& program_for(const ProgramKey& key, const std::function<void(hlo::
 const std::shared_ptr<pjrt::Executable>& Program::executable() const {
   std::lock_guard<std::mutex> lock(compile_mutex_);
   if (executable_) return executable_;
-  std::string name;
-  for (char c : op) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  std::string dumped = settings().dump_dir.empty() ? "" : dump_program(name, mlir);
-  try {
-    executable_ = runtime().cache().get_or_compile(mlir, options_).executable;
-  } catch (const pjrt::Error& e) {
-    TORCH_CHECK(false, "torch_pjrt: the StableHLO program for ", op, " failed to compile: ",
-                e.what(), " (", dumped.empty() ? dump_program(name, mlir) : dumped, ")");
-  }
+  executable_ = compile_program(op, identifier(op), mlir, options_);
   note_compile_reason(reason_);
   return executable_;
 }

@@ -75,9 +75,16 @@ const Program& program_for(const ProgramKey& key, const std::function<void(hlo::
 const Program& program_for(const ProgramKey& key, const std::function<void(hlo::Builder&)>& build,
                            const pjrt::CompileOptions& options);
 
-// Writes `mlir` to TORCH_PJRT_DUMP_DIR as <name>-<hash>.mlir; says where, or
-// how to keep programs when no dump folder is set.
-std::string dump_program(const std::string& name, const std::string& mlir);
+// `op` with every character but letters and digits made '_': a module,
+// function or file name ("aten::add.Tensor" -> "aten__add_Tensor").
+std::string identifier(std::string_view op);
+
+// Compiles `mlir` through the compile cache. With TORCH_PJRT_DUMP_DIR set
+// the program is first written there as <name>-<hash>.mlir; a compile error
+// names `what` and says where the program is (or how to keep it).
+std::shared_ptr<pjrt::Executable> compile_program(const std::string& what, const std::string& name,
+                                                  const std::string& mlir,
+                                                  const pjrt::CompileOptions& options = {});
 
 // Programs compiled for a pending fused graph are counted with their
 // reason like any other ("fused graph: 312 ops").
