@@ -6,6 +6,11 @@
 #include <ATen/ops/index_put.h>
 #include <ATen/ops/repeat_interleave.h>
 #include <ATen/ops/_unique2.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/ones.h>
+
+#include <algorithm>
 #include <ATen/ExpandUtils.h>
 #include <torch/library.h>
 
@@ -70,9 +75,40 @@ at::Tensor repeat_interleave_tensor(const at::Tensor& repeats, c10::optional<int
   return at::repeat_interleave(repeats.to(at::kCPU), output_size).to(repeats.device());
 }
 
+// bincount: the result has max(self) + 1 slots, so the range is read on the
+// host (one sync for min and max together); the counting is an index_add on
+// the device. Result dtypes follow CPU: int64 counts, float32 for float32
+// weights, float64 for other weights.
+at::Tensor bincount(const at::Tensor& self, const c10::optional<at::Tensor>& weights,
+                    int64_t minlength) {
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  TORCH_CHECK(self.dim() == 1 && at::isIntegralType(self.scalar_type(), /*includeBool=*/false),
+              "bincount only supports 1-d non-negative integral inputs.");
+  bool weighted = weights.has_value() && weights->defined();
+  if (weighted) {
+    TORCH_CHECK(weights->dim() == 1 && weights->size(0) == self.size(0),
+                "weights should be 1-d and have the same length as input");
+  }
+  int64_t length = minlength;
+  if (self.numel() > 0) {
+    note_host_sync();
+    at::Tensor range = at::stack({self.min(), self.max()}).to(at::kCPU).to(at::kLong);
+    TORCH_CHECK(range[0].item<int64_t>() >= 0,
+                "bincount only supports 1-d non-negative integral inputs.");
+    length = std::max(length, range[1].item<int64_t>() + 1);
+  }
+  at::ScalarType dtype = !weighted ? at::kLong
+                         : weights->scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
+  at::Tensor out = at::zeros({length}, self.options().dtype(dtype));
+  if (self.numel() == 0) return out;
+  at::Tensor values = weighted ? weights->to(dtype) : at::ones({self.size(0)}, out.options());
+  return out.index_add_(0, self.to(at::kLong), values);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("bincount", bincount);
   m.impl("masked_scatter_", masked_scatter_);
   m.impl("repeat_interleave.Tensor", repeat_interleave_tensor);
   m.impl("_unique2", unique2);

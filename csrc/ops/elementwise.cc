@@ -215,6 +215,19 @@ void register_binary() {
            return ctx.b.binary("divide", x, y);
          },
          /*float_math=*/true);
+  // floor_divide(self, other): div(self, other, rounding_mode="floor").
+  for (const char* overload : {"", "Scalar"}) {
+    bool scalar = *overload != '\0';
+    std::string name = std::string("aten::floor_divide") + (scalar ? ".Scalar" : "");
+    std::vector<std::string> aliases = {scalar ? "aten::floor_divide_.Scalar"
+                                               : "aten::floor_divide_.Tensor",
+                                        scalar ? "aten::floor_divide.Scalar_out"
+                                               : "aten::floor_divide.out"};
+    register_lowering(name, [scalar](LoweringContext& ctx) {
+      return delegate(ctx, scalar ? "aten::div.Scalar_mode" : "aten::div.Tensor_mode",
+                      {ctx.arg(0), ctx.arg(1), static_arg(c10::IValue(std::string("floor")))});
+    }, aliases);
+  }
   for (const char* overload : {"Tensor_mode", "Scalar_mode"}) {
     std::string name = std::string("aten::div.") + overload;
     std::vector<std::string> aliases = {std::string("aten::div_.") + overload};
