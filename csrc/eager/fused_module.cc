@@ -2,6 +2,10 @@
 
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "hlo/builder.h"
 
 namespace torch_pjrt::eager {
 namespace {
@@ -21,17 +25,35 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 }  // namespace
 
 std::string as_private_function(const std::string& module_text, const std::string& name) {
-  // hlo::Builder prints "module @NAME {\n  func.func public @main(...) ... {\n ... }\n}\n".
+  // hlo::Builder prints "module @NAME {\n  func.func public @main(...) ... {\n ... \n  }\n"
+  // then any external functions, then "}\n".
   const std::string head = "func.func public @main(";
   size_t begin = module_text.find(head);
-  size_t end = module_text.rfind('}');
-  if (begin == std::string::npos || end == std::string::npos || end <= begin) {
-    throw std::runtime_error("fused eager: an op program is not a one-function module");
+  size_t end = begin == std::string::npos ? begin : module_text.find("\n  }\n", begin);
+  if (begin == std::string::npos || end == std::string::npos) {
+    throw std::runtime_error("fused eager: an op program is not a module with @main");
   }
   std::string fn = "  func.func private @" + name + "(" +
-                   module_text.substr(begin + head.size(), end - begin - head.size());
+                   module_text.substr(begin + head.size(), end + 5 - begin - head.size());
   replace_all(fn, " {jax.buffer_donor = true}", "");
   return fn;
+}
+
+std::vector<std::pair<std::string, std::string>> external_functions(
+    const std::string& module_text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string marker = hlo::kExternalMarker;
+  size_t at = module_text.find(marker);
+  while (at != std::string::npos) {
+    size_t symbol_end = module_text.find('\n', at);
+    if (symbol_end == std::string::npos) break;
+    std::string symbol = module_text.substr(at + marker.size(), symbol_end - at - marker.size());
+    size_t next = module_text.find(marker, symbol_end);
+    size_t stop = next == std::string::npos ? module_text.rfind('}') : next;
+    out.emplace_back(symbol, module_text.substr(symbol_end + 1, stop - symbol_end - 1));
+    at = next;
+  }
+  return out;
 }
 
 std::string fused_module_text(const std::vector<hlo::TensorType>& params,
@@ -40,8 +62,12 @@ std::string fused_module_text(const std::vector<hlo::TensorType>& params,
                               const std::vector<FusedRef>& outputs) {
   std::string functions;
   std::unordered_map<const backend::Program*, std::string> names;
+  std::unordered_set<std::string> externals;  // each kernel's definitions once
   for (const FusedCall& call : calls) {
     if (names.count(call.program)) continue;
+    for (auto& [symbol, text] : external_functions(call.program->mlir)) {
+      if (externals.insert(symbol).second) functions += text;
+    }
     // Named after the op, so a dumped fused program reads as what was recorded.
     std::string name =
         "f" + std::to_string(names.size()) + "_" + backend::identifier(call.program->op);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "eager/program_cache.h"
@@ -34,5 +35,10 @@ std::string fused_module_text(const std::vector<hlo::TensorType>& params,
 // An op program's module text as a private function named `name`: the
 // module wrapper and donation marks go (only @main's parameters are donated).
 std::string as_private_function(const std::string& module_text, const std::string& name);
+
+// The external functions (kernels) an op program's module defines after
+// @main: (symbol, definitions) in order of first call.
+std::vector<std::pair<std::string, std::string>> external_functions(
+    const std::string& module_text);
 
 }  // namespace torch_pjrt::eager

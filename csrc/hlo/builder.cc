@@ -148,7 +148,14 @@ Value Builder::constant_int(int64_t value, ElementType type) {
   if (type == ElementType::kPred) return constant_bool(value != 0);
   if (!is_integral(type)) return constant(static_cast<double>(value), type);
   TensorType t{type, {}};
-  return add_node("constant", {}, "value = dense<" + std::to_string(value) + "> : " + t.mlir(), {t});
+  std::string text = std::to_string(value);
+  if (is_unsigned_int(type) && value < 0) {
+    // A bit pattern (-1: all ones), printed as the unsigned value MLIR expects.
+    size_t bits = pjrt::byte_width(type) * 8;
+    uint64_t mask = bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+    text = std::to_string(static_cast<uint64_t>(value) & mask);
+  }
+  return add_node("constant", {}, "value = dense<" + text + "> : " + t.mlir(), {t});
 }
 
 Value Builder::constant_bool(bool value) {
@@ -485,8 +492,38 @@ std::string Builder::to_mlir() const {
     out += (i ? ", " : "") + value_name(outputs_[i]);
     types += (i ? ", " : "") + type(outputs_[i]).mlir();
   }
-  out += " : " + types + "\n  }\n}\n";
+  out += " : " + types + "\n  }\n";
+  for (const auto& fn : externals_) {
+    out += kExternalMarker + fn->symbol + "\n" + fn->text;
+    if (!fn->text.empty() && fn->text.back() != '\n') out += "\n";
+  }
+  out += "}\n";
   return out;
+}
+
+std::vector<Value> Builder::call(std::shared_ptr<const ExternalFunction> fn,
+                                 const std::vector<Value>& args) {
+  if (nested_) throw BuildError("hlo::Builder: an external function is called from a region");
+  if (!fn || fn->symbol.empty()) throw BuildError("hlo::Builder: call of an unnamed function");
+  if (args.size() != fn->parameters.size()) {
+    throw BuildError("hlo::Builder: @" + fn->symbol + " takes " +
+                     std::to_string(fn->parameters.size()) + " arguments, got " +
+                     std::to_string(args.size()));
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    check_owned(args[i]);
+    if (type(args[i]) != fn->parameters[i]) {
+      throw BuildError("hlo::Builder: argument " + std::to_string(i) + " of @" + fn->symbol +
+                       " is " + type(args[i]).mlir() + ", expected " + fn->parameters[i].mlir());
+    }
+  }
+  bool known = false;
+  for (const auto& e : externals_) known = known || e->symbol == fn->symbol;
+  if (!known) externals_.push_back(fn);
+  if (fn->results.empty()) {
+    throw BuildError("hlo::Builder: @" + fn->symbol + " returns nothing");
+  }
+  return add_multi("func.call", args, "callee = @" + fn->symbol, fn->results, {});
 }
 
 void Builder::hash_into(pjrt::Hasher& h) const {

@@ -36,6 +36,19 @@ struct Value {
 enum class Compare { kEq, kNe, kLt, kLe, kGt, kGe };
 
 class Builder;
+
+// A function written elsewhere (a JAX kernel's or a user's StableHLO), printed
+// into the module once and called by name. `text` holds one or more
+// "func.func private" definitions, every symbol already unique to this
+// kernel and shapes (so equal symbols mean equal text); `symbol` is the one
+// called.
+struct ExternalFunction {
+  std::string symbol;
+  std::string text;
+  std::vector<TensorType> parameters;
+  std::vector<TensorType> results;
+};
+
 // Builds a region body from its block arguments; returns what it yields.
 using RegionFn = std::function<std::vector<Value>(Builder&, const std::vector<Value>& args)>;
 
@@ -152,6 +165,11 @@ class Builder {
   Value convolution(Value lhs, Value rhs, const ConvAttrs& attrs,
                     const std::vector<int64_t>& result_dims, ElementType result_type);
 
+  // Calls `fn` (func.call) on `args`, whose types must be its parameters';
+  // its definition is printed after @main, once per symbol. Top level only.
+  std::vector<Value> call(std::shared_ptr<const ExternalFunction> fn,
+                          const std::vector<Value>& args);
+
   // --- collectives (collective_ops.cc) --------------------------------------
   // Ops that run across the replicas of a multi-device program. `groups`
   // partitions replica ids into groups of equal size; each op combines
@@ -217,6 +235,11 @@ class Builder {
   std::deque<ValueInfo> values_;
   std::vector<bool> donated_;
   std::vector<Value> outputs_;
+  std::vector<std::shared_ptr<const ExternalFunction>> externals_;  // distinct symbols
 };
+
+// Module text printed by Builder::to_mlir marks each external function's
+// definitions with this comment line, followed by the symbol and a newline.
+inline constexpr const char* kExternalMarker = "  // external @";
 
 }  // namespace torch_pjrt::hlo

@@ -171,6 +171,40 @@ TEST_F(HloBuilder, DonatedParameterIsConsumed) {
   EXPECT_TRUE(in.is_deleted());
 }
 
+TEST_F(HloBuilder, ExternalFunctionPrintedOnceAndCalled) {
+  // A kernel written elsewhere: a private entry that calls its own helper.
+  auto fn = std::make_shared<ExternalFunction>();
+  fn->symbol = "k_axpy";
+  fn->text =
+      "  func.func private @k_axpy(%x: tensor<2x3xf32>, %y: tensor<2x3xf32>) -> tensor<2x3xf32> {\n"
+      "    %t = func.call @k_axpy_twice(%x) : (tensor<2x3xf32>) -> tensor<2x3xf32>\n"
+      "    %r = stablehlo.add %t, %y : tensor<2x3xf32>\n"
+      "    return %r : tensor<2x3xf32>\n"
+      "  }\n"
+      "  func.func private @k_axpy_twice(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {\n"
+      "    %r = stablehlo.add %x, %x : tensor<2x3xf32>\n"
+      "    return %r : tensor<2x3xf32>\n"
+      "  }\n";
+  fn->parameters = {f32_2x3, f32_2x3};
+  fn->results = {f32_2x3};
+  Builder b("external");
+  Value x = b.parameter(f32_2x3);
+  Value y = b.parameter(f32_2x3);
+  Value once = b.call(fn, {x, y})[0];
+  Value twice = b.call(fn, {once, y})[0];
+  b.set_outputs({twice});
+  std::string text = b.to_mlir();
+  EXPECT_EQ(text.find("func.func private @k_axpy_twice"),
+            text.rfind("func.func private @k_axpy_twice")) << text;
+  // 2(2x + y) + y
+  EXPECT_EQ(run(b, {{1, 2, 3, 4, 5, 6}, {1, 1, 1, 1, 1, 1}}, {{2, 3}, {2, 3}})[0],
+            (std::vector<float>{7, 11, 15, 19, 23, 27}));
+  Builder wrong("wrong");
+  Value z = wrong.parameter(TensorType{ElementType::kF32, {3, 2}});
+  EXPECT_THROW(wrong.call(fn, {z, z}), BuildError);
+  EXPECT_THROW(wrong.call(fn, {z}), BuildError);
+}
+
 TEST(HloBuilderChecks, MismatchedOperandsAreBuildErrors) {
   Builder b;
   Value x = b.parameter(TensorType{ElementType::kF32, {2}});
