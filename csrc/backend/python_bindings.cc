@@ -18,6 +18,7 @@
 #include "backend/runtime_state.h"
 #include "backend/settings.h"
 #include "eager/op_kernel.h"
+#include "kernels/kernel_ops.h"
 #include "ops/lowering.h"
 #include "pjrt/error.h"
 #include "eager/mode.h"
@@ -323,6 +324,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_lowered_ops", &ops::lowered_ops);
   m.def("_graph_lowered_ops", &ops::graph_lowered_ops);
   bind_graphs(m);
+  kernels::bind_kernel_ops(m);
   m.def("_current_device", [] {
     return c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
   });

@@ -20,6 +20,7 @@ from ._compile import compile_report, explain, reset_compile_report
 from ._settings import Settings, settings
 from ._eager_mode import eager_mode, flush_pending, get_eager_mode, set_eager_mode
 from . import runtime
+from .kernels import jax_op, stablehlo_op
 
 
 def _register_device() -> None:
@@ -80,5 +81,5 @@ _eager_mode.install_optimizer_hook()
 __version__ = "0.1.0"
 
 __all__ = ["PjrtError", "Settings", "compile_report", "eager_mode", "explain", "flush_pending",
-           "get_eager_mode", "metrics", "reset_compile_report", "reset_metrics", "runtime",
-           "set_eager_mode", "settings"]
+           "get_eager_mode", "jax_op", "metrics", "reset_compile_report", "reset_metrics", "runtime",
+           "set_eager_mode", "settings", "stablehlo_op"]

@@ -103,7 +103,7 @@ def _lowerable_target(node: torch.fx.Node) -> bool:
     if target is _convert_element_type:
         return True  # lowered as _to_copy(dtype=)
     if target.namespace != "aten" or target is _aten.copy_.default:
-        return False
+        return False  # kernel ops (torch_pjrt.jax_op) return tensors, not host scalars
     if target._schema.name.startswith("aten::_foreach_"):
         return False
     return _op_name(target) in _graph_ops()
@@ -119,7 +119,8 @@ def _node_supported(node: torch.fx.Node) -> bool:
         # Python arithmetic on sizes is evaluated while lowering.
         return not isinstance(node.meta.get("val"), torch.Tensor)
     if target.namespace != "aten":
-        return False
+        # A kernel op (torch_pjrt.jax_op / stablehlo_op) goes into the program.
+        return _is_device_value(node.meta.get("val")) and _op_name(target) in _graph_ops()
     name = target._schema.name.split("::")[1]
     if name in _NO_OPS:
         return True
