@@ -24,7 +24,7 @@ from .. import _C
 from ._module_text import KernelModule
 from ._types import parse_mlir_type
 
-__all__ = ["KernelOp", "define_kernel_op", "kernel_symbol_prefix", "check_custom_calls"]
+__all__ = ["KernelOp", "define_kernel_op", "kernel_symbol_prefix", "check_custom_calls", "platform"]
 
 _libraries: dict[str, torch.library.Library] = {}
 
@@ -37,20 +37,22 @@ _PORTABLE_CUSTOM_CALLS = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullSh
 _PLATFORM_CUSTOM_CALLS = {"tpu": {"tpu_custom_call"}}
 
 
-def _platform() -> str:
+def platform() -> str:
+    """The plugin's platform as JAX names it: cpu, tpu, cuda, rocm."""
     from .. import runtime
-    return str(runtime.info().get("platform_name", "")).lower()
+    name = str(runtime.info().get("platform_name", "")).lower()
+    return {"gpu": "cuda"}.get(name, name)
 
 
 def check_custom_calls(op: str, calls: Sequence[str]) -> None:
     """Refuses a kernel holding a custom call the current plugin cannot run,
     naming the call and the plugin."""
-    platform = _platform()
-    allowed = _PORTABLE_CUSTOM_CALLS | _PLATFORM_CUSTOM_CALLS.get(platform, set())
+    platform_name = platform()
+    allowed = _PORTABLE_CUSTOM_CALLS | _PLATFORM_CUSTOM_CALLS.get(platform_name, set())
     bad = [c for c in calls if c not in allowed]
     if bad:
         from .. import runtime
-        plugin = runtime.info().get("plugin_name", platform)
+        plugin = runtime.info().get("plugin_name", platform_name)
         hint = ""
         if any(c == "tpu_custom_call" for c in bad):
             hint = (" (a Pallas/Mosaic kernel compiled for TPU: off TPU, lower it with "
@@ -61,7 +63,7 @@ def check_custom_calls(op: str, calls: Sequence[str]) -> None:
             hint = " (a Python callback, which a compiled program cannot call)"
         raise RuntimeError(
             f"{op}: the kernel's StableHLO holds custom call(s) {', '.join(repr(c) for c in bad)} "
-            f"that the '{plugin}' PJRT plugin (platform '{platform}') cannot run{hint}")
+            f"that the '{plugin}' PJRT plugin (platform '{platform_name}') cannot run{hint}")
 
 
 def kernel_symbol_prefix(qualname: str, text: str) -> str:

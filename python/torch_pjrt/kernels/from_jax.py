@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from ._custom_op import KernelOp, check_custom_calls, define_kernel_op, kernel_symbol_prefix
+from ._custom_op import KernelOp, check_custom_calls, define_kernel_op, kernel_symbol_prefix, platform
 from ._module_text import custom_calls_in, parse_module
 from ._types import jax_dtype, torch_dtype
 
@@ -136,7 +136,10 @@ def _lowerer(jax, qualname: str, fn: Callable, is_tensor: list[bool]):
         tensors, statics = _split(args, is_tensor)
         structs = [jax.ShapeDtypeStruct(tuple(shape), jax_dtype(dtype)) for dtype, shape in tensors]
         with _x64(jax):
-            lowered = jax.jit(_bind(fn, is_tensor, statics), keep_unused=True).lower(*structs)
+            # For the plugin's platform, not JAX's default backend: on TPU a
+            # ragged_dot stays one op and a Pallas kernel becomes Mosaic.
+            traced = jax.jit(_bind(fn, is_tensor, statics), keep_unused=True).trace(*structs)
+            lowered = traced.lower(lowering_platforms=(platform(),))
             try:
                 text = lowered.as_text(debug_info=False)
             except TypeError:
