@@ -78,6 +78,12 @@ from . import _eager_mode  # noqa: E402
 
 _eager_mode.install_optimizer_hook()
 
+# experts_implementation="torch_pjrt" in Transformers, once it is imported.
+from ._import_hooks import when_imported  # noqa: E402
+from .kernels.moe_experts import register_transformers_experts  # noqa: E402
+
+when_imported("transformers.integrations.moe", register_transformers_experts)
+
 __version__ = "0.1.0"
 
 __all__ = ["PjrtError", "Settings", "compile_report", "eager_mode", "explain", "flush_pending",

@@ -189,6 +189,14 @@ def jax_op(name: str, fn: Callable, *, schema: Optional[str] = None,
                 for o in _outputs(out)]
         return tuple(made) if len(parsed.returns) != 1 else made[0]
 
+    cpu = _cpu_runner(jax, fn, parsed, is_tensor)
+    forward = define_kernel_op(name, schema, _lowerer(jax, name, fn, is_tensor), fake, cpu)
+    backward = _define_backward(jax, name, fn, parsed, is_tensor, vjp)
+    return JaxOp(forward, backward)
+
+
+def _cpu_runner(jax, fn: Callable, parsed, is_tensor: list[bool]) -> Callable:
+    """The op's CPU implementation: the JAX function on JAX's CPU backend."""
     def cpu(*args, **kwargs):
         tensors, statics = _split(_complete(parsed, args, kwargs), is_tensor)
         with _x64(jax):
@@ -198,10 +206,7 @@ def jax_op(name: str, fn: Callable, *, schema: Optional[str] = None,
             out = jax.jit(_bind(fn, is_tensor, statics))(*arrays)
         made = [_to_torch(o) for o in _outputs(out)]
         return tuple(made) if len(parsed.returns) != 1 else made[0]
-
-    forward = define_kernel_op(name, schema, _lowerer(jax, name, fn, is_tensor), fake, cpu)
-    backward = _define_backward(jax, name, fn, parsed, is_tensor, vjp)
-    return JaxOp(forward, backward)
+    return cpu
 
 
 def _to_torch(array) -> torch.Tensor:
@@ -246,8 +251,9 @@ def _define_backward(jax, name: str, fn: Callable, parsed, is_tensor: list[bool]
     def fake(*args):
         return tuple(torch.empty_like(t) for t in args[:n_in])
 
+    bwd_parsed = torch._C.parse_schema(name + "_vjp" + bwd_schema)
     bwd = define_kernel_op(name + "_vjp", bwd_schema, _lowerer(jax, name + "_vjp", bwd_fn, bwd_is_tensor),
-                           fake)
+                           fake, _cpu_runner(jax, bwd_fn, bwd_parsed, bwd_is_tensor))
 
     def setup_context(ctx, inputs, output):
         tensors, statics = _split(_complete(parsed, inputs, {}), is_tensor)

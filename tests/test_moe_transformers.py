@@ -1,0 +1,133 @@
+"""Mixture-of-experts models from Transformers on tpu, each experts
+implementation (its `eager` loop, `batched_mm`, `grouped_mm`, and
+torch_pjrt's one-kernel `torch_pjrt`) against the CPU `eager` model:
+logits, greedy generate() tokens, and a training step's loss and gradients,
+with no op falling back to the CPU."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import torch_pjrt
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("jax")  # the torch_pjrt implementation is a JAX kernel
+
+DEV = "tpu"
+_COMMON = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0,
+               bos_token_id=1, eos_token_id=2)
+
+
+def _config(family: str):
+    t = transformers
+    if family == "mixtral":
+        return t.MixtralConfig(**_COMMON, intermediate_size=32, num_local_experts=4,
+                               num_experts_per_tok=2)
+    if family == "qwen3_moe":
+        return t.Qwen3MoeConfig(**_COMMON, head_dim=16, intermediate_size=64,
+                                moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2)
+    if family == "qwen2_moe":
+        return t.Qwen2MoeConfig(**_COMMON, intermediate_size=64, moe_intermediate_size=32,
+                                shared_expert_intermediate_size=64, num_experts=4,
+                                num_experts_per_tok=2)
+    if family == "deepseek_v3":
+        return t.DeepseekV3Config(**_COMMON, intermediate_size=64, moe_intermediate_size=32,
+                                  n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                                  n_group=2, topk_group=1, first_k_dense_replace=1,
+                                  q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
+                                  qk_nope_head_dim=8, v_head_dim=16)
+    if family == "gpt_oss":
+        return t.GptOssConfig(**_COMMON, head_dim=16, intermediate_size=32, num_local_experts=4,
+                              num_experts_per_tok=2, sliding_window=8,
+                              layer_types=["sliding_attention", "full_attention"])
+    raise ValueError(family)
+
+
+FAMILIES = ["mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v3", "gpt_oss"]
+IMPLEMENTATIONS = ["eager", "batched_mm", "grouped_mm", "torch_pjrt"]
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_moe_family_on_tpu_matches_cpu(family, impl):
+    torch.manual_seed(0)
+    cpu = transformers.AutoModelForCausalLM.from_config(
+        _config(family), dtype=torch.float32, experts_implementation="eager")
+    dev = transformers.AutoModelForCausalLM.from_config(
+        _config(family), dtype=torch.float32, experts_implementation=impl)
+    dev.load_state_dict(copy.deepcopy(cpu.state_dict()))
+    dev.to(DEV)
+    cpu.eval()
+    dev.eval()
+    ids = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(1))
+    fallbacks = dict(torch_pjrt.metrics()["fallback_ops"])
+
+    with torch.no_grad():
+        torch.testing.assert_close(dev(ids.to(DEV)).logits.cpu(), cpu(ids).logits,
+                                   rtol=1e-4, atol=1e-5)
+    expected = cpu.generate(ids, max_new_tokens=4, do_sample=False)
+    got = dev.generate(ids.to(DEV), max_new_tokens=4, do_sample=False)
+    assert torch.equal(got.cpu(), expected)
+
+    cpu.train()
+    dev.train()
+    loss_cpu = cpu(ids, labels=ids).loss
+    loss_cpu.backward()
+    loss_dev = dev(ids.to(DEV), labels=ids.to(DEV)).loss
+    loss_dev.backward()
+    torch.testing.assert_close(loss_dev.cpu(), loss_cpu.detach(), rtol=1e-5, atol=1e-5)
+    for (name, p_cpu), p_dev in zip(cpu.named_parameters(), dev.parameters()):
+        if p_cpu.grad is None:
+            assert p_dev.grad is None, name
+            continue
+        torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    after = torch_pjrt.metrics()["fallback_ops"]
+    assert {k: v for k, v in after.items() if v != fallbacks.get(k, 0)} == {}
+
+
+@pytest.mark.strict_only
+def test_torch_pjrt_experts_is_one_launch_per_layer():
+    """In strict eager the torch_pjrt experts path runs each MoE layer's
+    experts as a single program, where grouped_mm runs about twenty."""
+    cfg = _config("mixtral")
+    counts = {}
+    for impl in ("grouped_mm", "torch_pjrt"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            copy.deepcopy(cfg), dtype=torch.float32, experts_implementation=impl).to(DEV).eval()
+        experts = model.model.layers[0].mlp.experts
+        x = torch.randn(6, 64, device=DEV)
+        idx = torch.randint(0, 4, (6, 2), device=DEV)
+        w = torch.rand(6, 2, device=DEV)
+        with torch.no_grad():
+            experts(x, idx, w).cpu()  # compile what it needs
+            before = torch_pjrt.metrics()["executions"]
+            out = experts(x, idx, w)
+            counts[impl] = torch_pjrt.metrics()["executions"] - before
+            out.cpu()
+    assert counts["torch_pjrt"] == 1
+    assert counts["grouped_mm"] >= 10
+
+
+def test_unsupported_expert_layout_runs_transformers_path_with_a_warning():
+    from torch_pjrt.kernels import moe_experts as moe
+
+    cfg = _config("mixtral")
+    model = transformers.AutoModelForCausalLM.from_config(
+        copy.deepcopy(cfg), dtype=torch.float32, experts_implementation="torch_pjrt").to(DEV).eval()
+    experts = model.model.layers[0].mlp.experts
+    experts.act_fn = torch.nn.Tanh()  # an activation the kernel does not cover
+    moe._warned.clear()
+    x = torch.randn(6, 64)
+    idx = torch.randint(0, 4, (6, 2))
+    w = torch.rand(6, 2)
+    with pytest.warns(UserWarning, match="Tanh"):
+        got = experts(x.to(DEV), idx.to(DEV), w.to(DEV))
+    from transformers.integrations.moe import grouped_mm_experts_forward
+    experts_cpu = copy.deepcopy(experts).to("cpu")
+    expected = grouped_mm_experts_forward(experts_cpu, x, idx, w)
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
