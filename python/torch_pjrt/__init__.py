@@ -84,6 +84,11 @@ from .kernels.moe_experts import register_transformers_experts  # noqa: E402
 
 when_imported("transformers.integrations.moe", register_transformers_experts)
 
+# scaled_dot_product_attention picks the flash kernel where it is faster.
+from .kernels import sdpa as _sdpa  # noqa: E402
+
+_sdpa.install()
+
 __version__ = "0.1.0"
 
 __all__ = ["PjrtError", "Settings", "compile_report", "eager_mode", "explain", "flush_pending",

@@ -1,0 +1,43 @@
+"""Grouped (ragged) matmul: rows of `x` in consecutive groups, group g
+multiplied by `w[g]`. `lax.ragged_dot` underneath: XLA's ragged dot on TPU
+(the Megablox-style grouped GEMM), a dense product masked per group where
+the platform has no ragged dot. Gradients from JAX's ragged-dot rules."""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+__all__ = ["grouped_matmul"]
+
+
+@functools.lru_cache(maxsize=None)
+def _op():
+    import jax
+    import jax.numpy as jnp
+
+    from .from_jax import jax_op
+
+    def gmm(x, w, group_sizes):
+        return jax.lax.ragged_dot(x, w, group_sizes.astype(jnp.int32),
+                                  preferred_element_type=jnp.float32).astype(x.dtype)
+
+    return jax_op("torch_pjrt::grouped_matmul", gmm,
+                  schema="(Tensor x, Tensor w, Tensor group_sizes) -> Tensor")
+
+
+def grouped_matmul(x: torch.Tensor, w: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:
+    """x [M, K], w [G, K, N], group_sizes [G] (integers summing to at most M)
+    -> [M, N]; rows past the groups are zeros. The same product as
+    `torch._grouped_mm(x, w, offs=group_sizes.cumsum(0))`."""
+    if x.dim() != 2 or w.dim() != 3 or group_sizes.dim() != 1:
+        raise RuntimeError(f"grouped_matmul: expected x [M, K], w [G, K, N], group_sizes [G]; got "
+                           f"x {list(x.shape)}, w {list(w.shape)}, group_sizes {list(group_sizes.shape)}")
+    if x.shape[1] != w.shape[1] or w.shape[0] != group_sizes.shape[0]:
+        raise RuntimeError(f"grouped_matmul: shapes do not agree: x {list(x.shape)}, "
+                           f"w {list(w.shape)}, group_sizes {list(group_sizes.shape)}")
+    if x.dtype != w.dtype:
+        raise RuntimeError(f"grouped_matmul: x is {x.dtype} but w is {w.dtype}")
+    if group_sizes.is_floating_point() or group_sizes.is_complex():
+        raise RuntimeError(f"grouped_matmul: group_sizes must be integers, got {group_sizes.dtype}")
+    return _op()(x, w, group_sizes)
