@@ -14,7 +14,7 @@ CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>
 # removing one needs a reinstall (editing one does not, but costs only seconds).
 PYSRC := $(shell find python -name '*.py' 2>/dev/null)
 
-.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-compile bench-distributed bench bench-quick torchtitan clean
+.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-compile bench-moe bench-distributed bench bench-quick torchtitan clean
 
 all: build
 
@@ -63,7 +63,7 @@ FUSED_TESTS = tests/test_device.py tests/test_eager.py tests/test_storage_views.
 	tests/test_copies.py tests/test_random.py tests/test_training.py \
 	tests/test_training_errors.py tests/test_ops_training.py tests/test_transformers.py
 
-test-python: build $(STAMPS)/bench-pip
+test-python: build $(STAMPS)/bench-pip $(STAMPS)/kernels-pip
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q --eager-mode=fused $(FUSED_TESTS)
 
@@ -87,6 +87,9 @@ bench-eager: build
 bench-compile: build $(STAMPS)/bench-pip
 	$(PY) benchmarks/compile.py
 
+bench-moe: build $(STAMPS)/bench-pip
+	$(PY) benchmarks/moe.py
+
 bench-distributed: build
 	$(PY) benchmarks/distributed.py
 
@@ -94,6 +97,11 @@ bench-distributed: build
 $(STAMPS)/bench-pip: requirements/bench.txt requirements/bench-binary.txt | $(STAMPS)/pip
 	$(PIP) install -q --no-deps --require-hashes -r requirements/bench-binary.txt
 	$(PIP) install -q -r requirements/bench.txt
+	@touch $@
+
+# Hugging Face Kernels (requirements/kernels.txt), for the hub-kernel tests.
+$(STAMPS)/kernels-pip: requirements/kernels.txt | $(STAMPS)/pip
+	$(PIP) install -q --no-deps --require-hashes -r requirements/kernels.txt
 	@touch $@
 
 bench: build $(STAMPS)/bench-pip

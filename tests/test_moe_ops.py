@@ -186,3 +186,18 @@ def test_grouped_mm_bad_input_raises_like_cpu(args, match):
         torch._grouped_mm(a, b, offs)
     with pytest.raises(RuntimeError, match=match):
         torch._grouped_mm(a.to(DEV), b.to(DEV), None if offs is None else offs.to(DEV))
+
+
+def test_grouped_mm_float32_under_torch_compile():
+    """torch 2.13's meta kernel took bfloat16 only; torch_pjrt widens it to
+    the dtypes the kernels run, so a float32 MoE layer compiles."""
+    x, w = torch.randn(16, 8), torch.randn(4, 8, 16)
+
+    def f(a, b, offs):
+        return torch._grouped_mm(a, b, offs) * 2
+
+    compiled = torch.compile(f, backend="tpu", fullgraph=True)
+    got = compiled(x.to(DEV), w.to(DEV), OFFS.to(DEV))
+    torch.testing.assert_close(got.cpu(), f(x, w, OFFS), rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match="Offsets have to be int32"):
+        compiled(x.to(DEV), w.to(DEV), OFFS.long().to(DEV))

@@ -131,3 +131,19 @@ def test_unsupported_expert_layout_runs_transformers_path_with_a_warning():
     experts_cpu = copy.deepcopy(experts).to("cpu")
     expected = grouped_mm_experts_forward(experts_cpu, x, idx, w)
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["grouped_mm", "torch_pjrt"])
+def test_moe_forward_compiled_matches_cpu(impl):
+    torch.manual_seed(0)
+    cpu = transformers.AutoModelForCausalLM.from_config(
+        _config("qwen3_moe"), dtype=torch.float32, experts_implementation="eager").eval()
+    dev = transformers.AutoModelForCausalLM.from_config(
+        _config("qwen3_moe"), dtype=torch.float32, experts_implementation=impl)
+    dev.load_state_dict(copy.deepcopy(cpu.state_dict()))
+    dev = dev.to(DEV).eval()
+    ids = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(1))
+    forward = torch.compile(dev.forward, backend="tpu")
+    with torch.no_grad():
+        torch.testing.assert_close(forward(ids.to(DEV)).logits.cpu(), cpu(ids).logits,
+                                   rtol=1e-4, atol=1e-5)

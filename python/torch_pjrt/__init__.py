@@ -89,6 +89,11 @@ from .kernels import sdpa as _sdpa  # noqa: E402
 
 _sdpa.install()
 
+# torch.compile of a float32 MoE model: _grouped_mm's meta as wide as its kernels.
+from ._compile import grouped_mm_meta as _grouped_mm_meta  # noqa: E402
+
+_grouped_mm_meta.install()
+
 __version__ = "0.1.0"
 
 __all__ = ["PjrtError", "Settings", "compile_report", "eager_mode", "explain", "flush_pending",

@@ -89,6 +89,24 @@ def _library(ns: str) -> torch.library.Library:
     return lib
 
 
+_registered: dict = {}
+
+
+def registered(key: Any, make: Callable[[], Any]) -> Any:
+    """The op made by `make()` for `key`, made on first use. A plain dict
+    lookup, so torch.compile traces through it to the op once it exists
+    (Dynamo traces through an lru_cache wrapper, into the registration)."""
+    op = _registered.get(key)
+    if op is None:
+        op = _registered[key] = _make_eagerly(make)
+    return op
+
+
+@torch.compiler.disable
+def _make_eagerly(make: Callable[[], Any]) -> Any:
+    return make()
+
+
 def _graph_ops_changed() -> None:
     from .._compile import capture
     capture._graph_ops_cache = None

@@ -14,7 +14,6 @@ measured for the platform.
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import Optional
 
@@ -74,8 +73,7 @@ def _tpu_kernel(q, k, v, causal: bool, scale: float):
     return tpu_flash.flash_attention(q, k, v, causal=causal, sm_scale=scale)
 
 
-@functools.lru_cache(maxsize=None)
-def _op():
+def _make():
     from ._custom_op import platform
     from .from_jax import jax_op
 
@@ -87,6 +85,11 @@ def _op():
         return _blockwise(q, k, v, causal, scale, BLOCK_K)
 
     return jax_op("torch_pjrt::flash_attention", attention)
+
+
+def _op():
+    from ._custom_op import registered
+    return registered("flash_attention", _make)
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,

@@ -4,15 +4,13 @@ multiplied by `w[g]`. `lax.ragged_dot` underneath: XLA's ragged dot on TPU
 the platform has no ragged dot. Gradients from JAX's ragged-dot rules."""
 from __future__ import annotations
 
-import functools
 
 import torch
 
 __all__ = ["grouped_matmul"]
 
 
-@functools.lru_cache(maxsize=None)
-def _op():
+def _make():
     import jax
     import jax.numpy as jnp
 
@@ -24,6 +22,11 @@ def _op():
 
     return jax_op("torch_pjrt::grouped_matmul", gmm,
                   schema="(Tensor x, Tensor w, Tensor group_sizes) -> Tensor")
+
+
+def _op():
+    from ._custom_op import registered
+    return registered("grouped_matmul", _make)
 
 
 def grouped_matmul(x: torch.Tensor, w: torch.Tensor, group_sizes: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,6 @@ own `grouped_mm` path instead, with a warning naming why.
 """
 from __future__ import annotations
 
-import functools
 import warnings
 from typing import Optional
 
@@ -80,8 +79,7 @@ def _kernel(x, idx, weights, w_up, w_down, b_up=None, b_down=None, *, transposed
     return combined.reshape(tokens, top_k, -1).sum(axis=1).astype(x.dtype)
 
 
-@functools.lru_cache(maxsize=None)
-def _op(with_bias: bool):
+def _make_op(with_bias: bool):
     from .from_jax import jax_op
 
     statics = "bool transposed, str gate, str act, float limit, float alpha"
@@ -99,6 +97,11 @@ def _op(with_bias: bool):
     schema = (f"(Tensor x, Tensor idx, Tensor weights, Tensor w_up, Tensor w_down, "
               f"{statics}) -> Tensor")
     return jax_op("torch_pjrt::moe_experts", fn, schema=schema)
+
+
+def _op(with_bias: bool):
+    from ._custom_op import registered
+    return registered(("moe_experts", with_bias), lambda: _make_op(with_bias))
 
 
 def moe_experts(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
@@ -139,9 +142,10 @@ def _layout(module: torch.nn.Module) -> tuple[Optional[dict], str]:
             gate = "concatenated"
         else:
             return None, "interleaved gate/up columns without GPT-OSS's gating"
-        if type(module)._apply_gate.__qualname__ not in ("_default_apply_gate",
-                                                         "GptOssExperts._apply_gate"):
-            return None, f"a custom gate ({type(module)._apply_gate.__qualname__})"
+        from transformers.integrations.moe import _default_apply_gate
+        gate_fn = type(module)._apply_gate
+        if not is_gpt_oss and gate_fn is not _default_apply_gate:
+            return None, "a custom gate"
     else:
         w_up, gate = module.up_proj, "none"
     act = "silu"

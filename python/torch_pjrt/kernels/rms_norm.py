@@ -78,8 +78,7 @@ def _make(impl: str, interpret: bool):
     return rms
 
 
-@functools.lru_cache(maxsize=None)
-def _op(impl: str):
+def _make_op(impl: str):
     from ._custom_op import platform
     from .from_jax import jax_op
 
@@ -89,6 +88,11 @@ def _op(impl: str):
         return fn(x, w, eps)
 
     return jax_op(f"torch_pjrt::rms_norm_{impl}", rms)
+
+
+def _op(impl: str):
+    from ._custom_op import registered
+    return registered(("rms_norm", impl), lambda: _make_op(impl))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
