@@ -102,10 +102,15 @@ def test_pallas_kernel_in_interpret_mode_runs_on_device():
 
 def test_wrong_types_raise_like_an_aten_op():
     op = torch_pjrt.jax_op(fresh("matvec"), lambda m, v: m @ v)
-    with pytest.raises(TypeError):
+    named = r"kt::matvec_\d+: the JAX function does not accept these arguments " \
+            r"\(m: float32\[3, 4\], v: float32\[5\]\)"
+    with pytest.raises(RuntimeError, match=named):
         op(torch.randn(3, 4, device=DEV), torch.randn(5, device=DEV)).cpu()
-    with pytest.raises(TypeError):
-        op(torch.randn(3, 4), torch.randn(5))  # CPU: the same error type
+    with pytest.raises(RuntimeError, match=named):
+        op(torch.randn(3, 4), torch.randn(5))  # CPU: the same error
+    with pytest.raises(RuntimeError, match=named):  # and while tracing for torch.compile
+        torch.compile(op.op, backend="tpu", fullgraph=True)(
+            torch.randn(3, 4, device=DEV), torch.randn(5, device=DEV))
     # The process is fine afterwards.
     torch.testing.assert_close(op(torch.ones(2, 2, device=DEV), torch.ones(2, device=DEV)).cpu(),
                                torch.full((2,), 2.0))

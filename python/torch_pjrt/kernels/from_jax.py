@@ -131,11 +131,35 @@ def _split(args: Sequence[Any], is_tensor: list[bool]) -> tuple[list, list]:
     return tensors, statics
 
 
-def _lowerer(jax, qualname: str, fn: Callable, is_tensor: list[bool]):
+class _Rejected:
+    """Turns JAX's complaint about the arguments (a TypeError or ValueError
+    while tracing: mismatched shapes, wrong dtypes) into the RuntimeError
+    an aten op raises, naming the op and every argument's dtype and shape."""
+
+    def __init__(self, qualname: str, names: list[str], types: list[tuple]):
+        self.qualname, self.names, self.types = qualname, names, types
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if kind is None or not issubclass(kind, (TypeError, ValueError)):
+            return False
+        described = ", ".join(f"{n}: {str(d).replace('torch.', '')}{list(s)}"
+                              for n, (d, s) in zip(self.names, self.types))
+        raise RuntimeError(f"{self.qualname}: the JAX function does not accept these arguments "
+                           f"({described}): {error}") from error
+
+
+def _tensor_names(parsed, is_tensor: list[bool]) -> list[str]:
+    return [a.name for a, t in zip(parsed.arguments, is_tensor) if t]
+
+
+def _lowerer(jax, qualname: str, fn: Callable, is_tensor: list[bool], names: list[str]):
     def lower(args: list):
         tensors, statics = _split(args, is_tensor)
         structs = [jax.ShapeDtypeStruct(tuple(shape), jax_dtype(dtype)) for dtype, shape in tensors]
-        with _x64(jax):
+        with _x64(jax), _Rejected(qualname, names, tensors):
             # For the plugin's platform, not JAX's default backend: on TPU a
             # ragged_dot stays one op and a Pallas kernel becomes Mosaic.
             traced = jax.jit(_bind(fn, is_tensor, statics), keep_unused=True).trace(*structs)
@@ -182,7 +206,8 @@ def jax_op(name: str, fn: Callable, *, schema: Optional[str] = None,
     def fake(*args, **kwargs):
         tensors, statics = _split(_complete(parsed, args, kwargs), is_tensor)
         structs = [jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype)) for t in tensors]
-        with _x64(jax):
+        with _x64(jax), _Rejected(name, _tensor_names(parsed, is_tensor),
+                                  [(t.dtype, t.shape) for t in tensors]):
             out = jax.eval_shape(_bind(fn, is_tensor, statics), *structs)
         device = tensors[0].device if tensors else torch.device("cpu")
         made = [torch.empty(tuple(o.shape), dtype=torch_dtype(o.dtype), device=device)
@@ -190,7 +215,9 @@ def jax_op(name: str, fn: Callable, *, schema: Optional[str] = None,
         return tuple(made) if len(parsed.returns) != 1 else made[0]
 
     cpu = _cpu_runner(jax, fn, parsed, is_tensor)
-    forward = define_kernel_op(name, schema, _lowerer(jax, name, fn, is_tensor), fake, cpu)
+    forward = define_kernel_op(name, schema,
+                               _lowerer(jax, name, fn, is_tensor, _tensor_names(parsed, is_tensor)),
+                               fake, cpu)
     backward = _define_backward(jax, name, fn, parsed, is_tensor, vjp)
     return JaxOp(forward, backward)
 
@@ -199,7 +226,8 @@ def _cpu_runner(jax, fn: Callable, parsed, is_tensor: list[bool]) -> Callable:
     """The op's CPU implementation: the JAX function on JAX's CPU backend."""
     def cpu(*args, **kwargs):
         tensors, statics = _split(_complete(parsed, args, kwargs), is_tensor)
-        with _x64(jax):
+        with _x64(jax), _Rejected(parsed.name, _tensor_names(parsed, is_tensor),
+                                  [(t.dtype, t.shape) for t in tensors]):
             arrays = [jax.numpy.asarray(t.detach().contiguous().numpy()) if t.dtype != torch.bfloat16
                       else jax.numpy.asarray(t.detach().float().numpy()).astype(jax.numpy.bfloat16)
                       for t in tensors]
@@ -252,7 +280,9 @@ def _define_backward(jax, name: str, fn: Callable, parsed, is_tensor: list[bool]
         return tuple(torch.empty_like(t) for t in args[:n_in])
 
     bwd_parsed = torch._C.parse_schema(name + "_vjp" + bwd_schema)
-    bwd = define_kernel_op(name + "_vjp", bwd_schema, _lowerer(jax, name + "_vjp", bwd_fn, bwd_is_tensor),
+    bwd = define_kernel_op(name + "_vjp", bwd_schema,
+                           _lowerer(jax, name + "_vjp", bwd_fn, bwd_is_tensor,
+                                    _tensor_names(bwd_parsed, bwd_is_tensor)),
                            fake, _cpu_runner(jax, bwd_fn, bwd_parsed, bwd_is_tensor))
 
     def setup_context(ctx, inputs, output):
