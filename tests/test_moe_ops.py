@@ -201,3 +201,15 @@ def test_grouped_mm_float32_under_torch_compile():
     torch.testing.assert_close(got.cpu(), f(x, w, OFFS), rtol=1e-5, atol=1e-5)
     with pytest.raises(Exception, match="Offsets have to be int32"):
         compiled(x.to(DEV), w.to(DEV), OFFS.long().to(DEV))
+
+
+def test_grouped_mm_past_the_gather_limit():
+    """Past 2^24 rows x K x N the 2-D x 3-D layout multiplies every row by
+    every group's weights and masks; the result is the same."""
+    torch.manual_seed(3)
+    x, w = torch.randn(256, 256), torch.randn(4, 256, 264)
+    offs = torch.tensor([60, 60, 200, 250], dtype=torch.int32)  # 6 rows past the groups
+    expected = torch._grouped_mm(x, w, offs)[:250]
+    got = torch._grouped_mm(x.to(DEV), w.to(DEV), offs.to(DEV)).cpu()
+    torch.testing.assert_close(got[:250], expected, rtol=1e-4, atol=1e-4)
+    assert torch.count_nonzero(got[250:]) == 0

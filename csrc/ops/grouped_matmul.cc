@@ -7,15 +7,20 @@
 //   3-D x 2-D: columns of mat2 split by offs, self[g] times them   -> [M, N]
 //   2-D x 2-D: the contracted dim split by offs, one product each  -> [G, M, N]
 //   3-D x 3-D: a batched product, no offsets                       -> [B, M, N]
-// Each ragged layout is a dense product with a one-hot group mask folded
-// into the contraction, accumulated in f32 for bf16/f16; rows, columns or
-// slices past the last offset are zeros.
+// The 2-D x 3-D layout gathers each row's group weights when that copy is
+// small; otherwise, and in the other ragged layouts, it is a dense product
+// with a one-hot group mask folded into the contraction. Accumulation is in
+// f32 for bf16/f16; rows, columns or slices past the last offset are zeros.
 #include <c10/util/Exception.h>
 
 #include "ops/helpers.h"
 
 namespace torch_pjrt::ops {
 namespace {
+
+// Rows x K x N up to which 2-D x 3-D gathers each row's weights (64 MiB of
+// float32) instead of multiplying every row by every group's.
+constexpr int64_t kGatherLimit = int64_t{1} << 24;
 
 // group[i] = number of offsets <= i: the group index i falls in, for each
 // i < length (G where i is past the last offset).
@@ -78,11 +83,26 @@ Value grouped_mm(LoweringContext& ctx) {
     int64_t groups = b.dims(offs)[0];
     if (rx == 2 && rw == 3) {
       TORCH_CHECK(groups == dw[0], "matrix batch sizes have to match");
-      int64_t m = dx[0];
-      // Every row against every group's weights, then each row keeps its own.
-      Value all = b.dot_general(xa, wa, {}, {}, {1}, {1}, acc);  // [M, G, N]
-      Value mask = one_hot_groups(b, offs, m, acc, /*group_last=*/true);  // [M, G]
-      out = b.dot_general(mask, all, {0}, {0}, {1}, {1}, acc);  // [M, N]
+      int64_t m = dx[0], k = dx[1], n = dw[2];
+      if (m * k * n <= kGatherLimit) {
+        // Each row against its own group's weights, gathered: the useful
+        // work only, where the copy is small (decode-sized batches).
+        Value group = group_of_each(b, offs, m);  // [M], G past the last offset
+        Value last = b.splat(b.constant_int(groups - 1, ElementType::kS32), {m});
+        Value clamped = b.select(b.compare(group, last, hlo::Compare::kGt), last, group);
+        Builder::GatherDims gd{{1, 2}, {0}, {0}, 1};
+        Value mine = b.gather(wa, b.reshape(clamped, {m, 1}), gd, {1, k, n}, {m, k, n});
+        out = b.dot_general(xa, mine, {0}, {0}, {1}, {1}, acc);  // [M, N]
+        Value inside = b.compare(group, b.splat(b.constant_int(groups, ElementType::kS32), {m}),
+                                 hlo::Compare::kLt);
+        out = b.select(b.broadcast_in_dim(inside, {m, n}, {0}), out,
+                       b.zeros(TensorType{acc, {m, n}}));
+      } else {
+        // Every row against every group's weights, then each row keeps its own.
+        Value all = b.dot_general(xa, wa, {}, {}, {1}, {1}, acc);  // [M, G, N]
+        Value mask = one_hot_groups(b, offs, m, acc, /*group_last=*/true);  // [M, G]
+        out = b.dot_general(mask, all, {0}, {0}, {1}, {1}, acc);  // [M, N]
+      }
     } else if (rx == 3 && rw == 2) {
       TORCH_CHECK(groups == dx[0], "matrix batch sizes have to match");
       int64_t n = dw[1];

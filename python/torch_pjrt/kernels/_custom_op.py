@@ -37,8 +37,20 @@ _PORTABLE_CUSTOM_CALLS = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullSh
 _PLATFORM_CUSTOM_CALLS = {"tpu": {"tpu_custom_call"}}
 
 
+_platform: Optional[str] = None
+
+
 def platform() -> str:
-    """The plugin's platform as JAX names it: cpu, tpu, cuda, rocm."""
+    """The plugin's platform as JAX names it: cpu, tpu, cuda, rocm (read
+    once: a global torch.compile can trace)."""
+    global _platform
+    if _platform is None:
+        _platform = _read_platform()
+    return _platform
+
+
+@torch.compiler.disable
+def _read_platform() -> str:
     from .. import runtime
     name = str(runtime.info().get("platform_name", "")).lower()
     return {"gpu": "cuda"}.get(name, name)

@@ -33,21 +33,36 @@ _ACTIVATIONS = {"SiLUActivation": "silu", "SiLU": "silu", "GELUActivation": "gel
 
 
 def _kernel(x, idx, weights, w_up, w_down, b_up=None, b_down=None, *, transposed: bool,
-            gate: str, act: str, limit: float, alpha: float):
+            gate: str, act: str, limit: float, alpha: float, gathered: bool):
     import jax
     import jax.numpy as jnp
 
     tokens, top_k = idx.shape
     experts = w_up.shape[0]
-    flat = idx.reshape(-1).astype(jnp.int32)
-    order = jnp.argsort(flat, stable=True)
-    ids = flat[order]
-    rows = x[order // top_k]
-    sizes = jnp.bincount(ids, length=experts).astype(jnp.int32)
     up_t = w_up if transposed else jnp.swapaxes(w_up, 1, 2)      # [E, H, 2I or I]
     down_t = w_down if transposed else jnp.swapaxes(w_down, 1, 2)  # [E, I, H]
-    h = jax.lax.ragged_dot(rows.astype(w_up.dtype), up_t, sizes,
-                           preferred_element_type=jnp.float32)
+    flat = idx.reshape(-1).astype(jnp.int32)
+    if gathered:
+        # Each (token, choice) row against its own expert's weights, gathered:
+        # exactly the useful multiply-adds, no sort, for platforms without a
+        # ragged dot (where it would be a dense product masked per expert).
+        order = None
+        ids = flat
+        rows = jnp.repeat(x, top_k, axis=0)
+
+        def matmul(v, w_t):
+            return jnp.einsum("sh,shn->sn", v.astype(w_t.dtype), w_t[ids],
+                              preferred_element_type=jnp.float32)
+    else:
+        order = jnp.argsort(flat, stable=True)
+        ids = flat[order]
+        rows = x[order // top_k]
+        sizes = jnp.bincount(ids, length=experts).astype(jnp.int32)
+
+        def matmul(v, w_t):
+            return jax.lax.ragged_dot(v.astype(w_t.dtype), w_t, sizes,
+                                      preferred_element_type=jnp.float32)
+    h = matmul(rows, up_t)
     if b_up is not None:
         h = h + b_up[ids].astype(jnp.float32)
 
@@ -70,30 +85,32 @@ def _kernel(x, idx, weights, w_up, w_down, b_up=None, b_down=None, *, transposed
     else:
         half = h.shape[-1] // 2
         h = activate(h[:, :half]) * h[:, half:]
-    out = jax.lax.ragged_dot(h.astype(w_down.dtype), down_t, sizes,
-                             preferred_element_type=jnp.float32)
+    out = matmul(h, down_t)
     if b_down is not None:
         out = out + b_down[ids].astype(jnp.float32)
-    out = out * weights.reshape(-1)[order][:, None].astype(jnp.float32)
-    combined = jnp.zeros_like(out).at[order].set(out)
-    return combined.reshape(tokens, top_k, -1).sum(axis=1).astype(x.dtype)
+    routed = weights.reshape(-1) if order is None else weights.reshape(-1)[order]
+    out = out * routed[:, None].astype(jnp.float32)
+    if order is not None:
+        out = jnp.zeros_like(out).at[order].set(out)
+    return out.reshape(tokens, top_k, -1).sum(axis=1).astype(x.dtype)
 
 
 def _make_op(with_bias: bool):
     from .from_jax import jax_op
 
-    statics = "bool transposed, str gate, str act, float limit, float alpha"
+    statics = "bool transposed, str gate, str act, float limit, float alpha, bool gathered"
     if with_bias:
-        def fn(x, idx, weights, w_up, w_down, b_up, b_down, transposed, gate, act, limit, alpha):
+        def fn(x, idx, weights, w_up, w_down, b_up, b_down, transposed, gate, act, limit, alpha,
+               gathered):
             return _kernel(x, idx, weights, w_up, w_down, b_up, b_down, transposed=transposed,
-                           gate=gate, act=act, limit=limit, alpha=alpha)
+                           gate=gate, act=act, limit=limit, alpha=alpha, gathered=gathered)
         schema = (f"(Tensor x, Tensor idx, Tensor weights, Tensor w_up, Tensor w_down, "
                   f"Tensor b_up, Tensor b_down, {statics}) -> Tensor")
         return jax_op("torch_pjrt::moe_experts_bias", fn, schema=schema)
 
-    def fn(x, idx, weights, w_up, w_down, transposed, gate, act, limit, alpha):
+    def fn(x, idx, weights, w_up, w_down, transposed, gate, act, limit, alpha, gathered):
         return _kernel(x, idx, weights, w_up, w_down, transposed=transposed, gate=gate,
-                       act=act, limit=limit, alpha=alpha)
+                       act=act, limit=limit, alpha=alpha, gathered=gathered)
     schema = (f"(Tensor x, Tensor idx, Tensor weights, Tensor w_up, Tensor w_down, "
               f"{statics}) -> Tensor")
     return jax_op("torch_pjrt::moe_experts", fn, schema=schema)
@@ -102,6 +119,22 @@ def _make_op(with_bias: bool):
 def _op(with_bias: bool):
     from ._custom_op import registered
     return registered(("moe_experts", with_bias), lambda: _make_op(with_bias))
+
+
+# Gathered weights per row up to this many elements (64 MiB of float32);
+# beyond, the ragged dot.
+GATHER_LIMIT = 1 << 24
+
+
+def _gather_weights(rows: int, w_up: torch.Tensor, w_down: torch.Tensor) -> bool:
+    """On TPU the ragged dot is XLA's grouped GEMM; elsewhere JAX expands it
+    to a dense product per expert, so gathering each row's weights does
+    `experts` times less work while the gathered copy stays small."""
+    from ._custom_op import platform
+    if platform() == "tpu":
+        return False
+    per_row = max(w_up[0].numel(), w_down[0].numel())
+    return rows * per_row <= GATHER_LIMIT
 
 
 def moe_experts(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
@@ -120,11 +153,12 @@ def moe_experts(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch
         raise ValueError(f"moe_experts: unknown activation {act!r}")
     if (b_up is None) != (b_down is None):
         raise ValueError("moe_experts: give both biases or neither")
+    gathered = _gather_weights(top_k_index.numel(), w_up, w_down)
     if b_up is not None:
         return _op(True)(x, top_k_index, top_k_weights, w_up, w_down, b_up, b_down, transposed,
-                         gate, act, float(limit), float(alpha))
+                         gate, act, float(limit), float(alpha), gathered)
     return _op(False)(x, top_k_index, top_k_weights, w_up, w_down, transposed, gate, act,
-                      float(limit), float(alpha))
+                      float(limit), float(alpha), gathered)
 
 
 def _layout(module: torch.nn.Module) -> tuple[Optional[dict], str]:
