@@ -2,9 +2,10 @@
 
     python benchmarks/moe.py [--quick]
 
-Decode: tiny Qwen3-MoE and Mixtral models (random weights from configs)
-decode greedily, one token per step after an 8-token prompt, at batch 1, 8
-and 64, with three experts implementations: Transformers' `eager` loop over
+Decode: tiny Qwen3-MoE (Qwen3-30B-A3B's routing: 128 experts, top 8) and
+Mixtral (8 experts, top 2) models of hidden size 128 (random weights from
+configs) decode greedily, one token per step after an 8-token prompt, at
+batch 1, 8 and 64, with three experts implementations: Transformers' `eager` loop over
 experts, its `grouped_mm` path, and torch_pjrt's one-kernel `torch_pjrt`.
 Each runs in strict eager, and compiled (torch.compile(backend="tpu") of
 the decode step over a static cache). Reported: decode tokens/s (batch x
@@ -57,9 +58,10 @@ def configs() -> dict[str, Any]:
                   num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0,
                   bos_token_id=1, eos_token_id=2)
     return {
+        # Qwen3-30B-A3B's routing (128 experts, top 8) at a tiny width.
         "qwen3_moe": transformers.Qwen3MoeConfig(**common, head_dim=32, intermediate_size=256,
-                                                 moe_intermediate_size=64, num_experts=8,
-                                                 num_experts_per_tok=2),
+                                                 moe_intermediate_size=64, num_experts=128,
+                                                 num_experts_per_tok=8),
         "mixtral": transformers.MixtralConfig(**common, intermediate_size=64,
                                               num_local_experts=8, num_experts_per_tok=2),
     }
@@ -75,7 +77,11 @@ def build(cfg, impl: str, state: dict) -> torch.nn.Module:
 def decoder(model, cfg, batch: int, steps: int, compiled: bool) -> Callable[[torch.Tensor], torch.Tensor]:
     """A greedy decode of `steps` tokens over a static cache: returns the
     tokens (on the device; the caller syncs)."""
-    forward = torch.compile(model.forward, backend="tpu") if compiled else model.forward
+    # Static shapes: each batch size is its own program, as a server would
+    # bucket it (Dynamo's automatic dynamic shapes would otherwise mark the
+    # batch symbolic after the second size).
+    forward = torch.compile(model.forward, backend="tpu", dynamic=False) if compiled \
+        else model.forward
 
     def run(prompt: torch.Tensor) -> torch.Tensor:
         cache = StaticCache(config=model.config, max_cache_len=PROMPT + steps)
@@ -110,6 +116,7 @@ def bench_decode(batches: list[int], steps: int, rounds: int, modes: list[str]) 
             prompt = torch.randint(3, cfg.vocab_size, (batch, PROMPT),
                                    generator=torch.Generator().manual_seed(batch)).to(DEV)
             for mode in modes:
+                torch._dynamo.reset()
                 runs, tokens = {}, {}
                 for impl in IMPLS:
                     model = build(cfg, impl, state)

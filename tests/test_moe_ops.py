@@ -204,8 +204,9 @@ def test_grouped_mm_float32_under_torch_compile():
 
 
 def test_grouped_mm_past_the_gather_limit():
-    """Past 2^24 rows x K x N the 2-D x 3-D layout multiplies every row by
-    every group's weights and masks; the result is the same."""
+    """Past 2^24 rows x K x N (or under 16 groups) the 2-D x 3-D layout
+    multiplies every row by every group's weights and masks; the result is
+    the same."""
     torch.manual_seed(3)
     x, w = torch.randn(256, 256), torch.randn(4, 256, 264)
     offs = torch.tensor([60, 60, 200, 250], dtype=torch.int32)  # 6 rows past the groups
@@ -213,3 +214,16 @@ def test_grouped_mm_past_the_gather_limit():
     got = torch._grouped_mm(x.to(DEV), w.to(DEV), offs.to(DEV)).cpu()
     torch.testing.assert_close(got[:250], expected, rtol=1e-4, atol=1e-4)
     assert torch.count_nonzero(got[250:]) == 0
+
+
+def test_grouped_mm_many_groups_gathers_weights():
+    """From 16 groups, small products gather each row's group weights."""
+    torch.manual_seed(4)
+    x, w = torch.randn(40, 16), torch.randn(32, 16, 8)
+    offs = torch.arange(1, 33, dtype=torch.int32) + 4  # 4 rows past, groups of 1
+    offs[10:] = offs[10:] + 1  # group 10 holds 2 rows
+    offs = offs.clamp(max=37)  # the last groups empty
+    expected = torch._grouped_mm(x, w, offs)[:37]
+    got = torch._grouped_mm(x.to(DEV), w.to(DEV), offs.to(DEV)).cpu()
+    torch.testing.assert_close(got[:37], expected, rtol=1e-5, atol=1e-5)
+    assert torch.count_nonzero(got[37:]) == 0

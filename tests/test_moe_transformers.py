@@ -158,6 +158,7 @@ def test_experts_kernel_both_paths_match_eager_experts(family, gathered, monkeyp
     from torch_pjrt.kernels import moe_experts as moe
 
     monkeypatch.setattr(moe, "GATHER_LIMIT", 1 << 30 if gathered else 0)
+    monkeypatch.setattr(moe, "GATHER_MIN_EXPERTS", 1)
     torch.manual_seed(0)
     cfg = _config(family)
     cpu = transformers.AutoModelForCausalLM.from_config(

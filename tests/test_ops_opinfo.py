@@ -49,6 +49,8 @@ CASES = [
     OpCase("permute"), OpCase("transpose"), OpCase("reshape"), OpCase("view"),
     OpCase("squeeze"), OpCase("unsqueeze"), OpCase("flatten"), OpCase("narrow"),
     OpCase("select"), OpCase("contiguous"), OpCase("clone"), OpCase("t"),
+    # mixture-of-experts routing
+    OpCase("histc"), OpCase("bincount"), OpCase("floor_divide"),
 ]
 
 DTYPES = [torch.float32, torch.int64, torch.bfloat16]
@@ -74,7 +76,7 @@ DIFFERENTIABLE = [c for c in CASES if c.name not in {
     "new_zeros", "new_ones", "new_full", "bitwise_not", "logical_not", "bitwise_and",
     "bitwise_or", "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
     "logical_or", "logical_xor", "any", "all", "argmax", "argmin", "sign", "floor", "ceil",
-    "round", "trunc"}]
+    "round", "trunc", "histc", "bincount", "floor_divide"}]
 
 
 @pytest.mark.parametrize("case", DIFFERENTIABLE, ids=case_id)

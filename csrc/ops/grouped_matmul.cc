@@ -7,8 +7,8 @@
 //   3-D x 2-D: columns of mat2 split by offs, self[g] times them   -> [M, N]
 //   2-D x 2-D: the contracted dim split by offs, one product each  -> [G, M, N]
 //   3-D x 3-D: a batched product, no offsets                       -> [B, M, N]
-// The 2-D x 3-D layout gathers each row's group weights when that copy is
-// small; otherwise, and in the other ragged layouts, it is a dense product
+// The 2-D x 3-D layout gathers each row's group weights when there are many
+// groups and that copy is small; otherwise, and in the other ragged layouts, it is a dense product
 // with a one-hot group mask folded into the contraction. Accumulation is in
 // f32 for bf16/f16; rows, columns or slices past the last offset are zeros.
 #include <c10/util/Exception.h>
@@ -18,9 +18,12 @@
 namespace torch_pjrt::ops {
 namespace {
 
-// Rows x K x N up to which 2-D x 3-D gathers each row's weights (64 MiB of
-// float32) instead of multiplying every row by every group's.
+// 2-D x 3-D gathers each row's weights, instead of multiplying every row by
+// every group's, up to this many rows x K x N (64 MiB of float32) and from
+// this many groups up: with few groups the dense products cost less than
+// the copy (measured on the CPU plugin, benchmarks/moe.py).
 constexpr int64_t kGatherLimit = int64_t{1} << 24;
+constexpr int64_t kGatherMinGroups = 16;
 
 // group[i] = number of offsets <= i: the group index i falls in, for each
 // i < length (G where i is past the last offset).
@@ -84,7 +87,7 @@ Value grouped_mm(LoweringContext& ctx) {
     if (rx == 2 && rw == 3) {
       TORCH_CHECK(groups == dw[0], "matrix batch sizes have to match");
       int64_t m = dx[0], k = dx[1], n = dw[2];
-      if (m * k * n <= kGatherLimit) {
+      if (groups >= kGatherMinGroups && m * k * n <= kGatherLimit) {
         // Each row against its own group's weights, gathered: the useful
         // work only, where the copy is small (decode-sized batches).
         Value group = group_of_each(b, offs, m);  // [M], G past the last offset

@@ -121,17 +121,20 @@ def _op(with_bias: bool):
     return registered(("moe_experts", with_bias), lambda: _make_op(with_bias))
 
 
-# Gathered weights per row up to this many elements (64 MiB of float32);
-# beyond, the ragged dot.
+# Gathered weights per row up to this many elements (64 MiB of float32),
+# from this many experts up; otherwise the ragged dot.
 GATHER_LIMIT = 1 << 24
+GATHER_MIN_EXPERTS = 16
 
 
 def _gather_weights(rows: int, w_up: torch.Tensor, w_down: torch.Tensor) -> bool:
-    """On TPU the ragged dot is XLA's grouped GEMM; elsewhere JAX expands it
-    to a dense product per expert, so gathering each row's weights does
-    `experts` times less work while the gathered copy stays small."""
+    """On TPU the ragged dot is XLA's grouped GEMM. Elsewhere JAX expands it
+    to a dense product per expert: with many experts (Qwen3's 128),
+    gathering each row's weights does far less work; with few (Mixtral's
+    8) the dense products cost less than the copy (measured on the CPU
+    plugin, benchmarks/moe.py)."""
     from ._custom_op import platform
-    if platform() == "tpu":
+    if platform() == "tpu" or w_up.shape[0] < GATHER_MIN_EXPERTS:
         return False
     per_row = max(w_up[0].numel(), w_down[0].numel())
     return rows * per_row <= GATHER_LIMIT
