@@ -61,7 +61,8 @@ test-cpp: cpp
 # eager mode: its results must match strict's within the tests' tolerances.
 FUSED_TESTS = tests/test_device.py tests/test_eager.py tests/test_storage_views.py \
 	tests/test_copies.py tests/test_random.py tests/test_training.py \
-	tests/test_training_errors.py tests/test_ops_training.py tests/test_transformers.py
+	tests/test_training_errors.py tests/test_ops_training.py tests/test_transformers.py \
+	tests/test_moe_ops.py tests/test_kernel_library.py
 
 test-python: build $(STAMPS)/bench-pip $(STAMPS)/kernels-pip
 	$(PY) -m pytest -q tests
