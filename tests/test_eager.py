@@ -221,3 +221,22 @@ def test_in_place_updates_with_donation_keep_every_alias_right():
     z = torch.ones(3, device=NAME)
     z.add_(z)  # self passed twice: must not be donated under itself
     assert z.cpu().tolist() == [2.0, 2.0, 2.0]
+    m = torch.ones(4, 4, device=NAME)
+    m.add_(m)  # the same for a matrix, read whole as it is stored
+    assert m.cpu().eq(2).all()
+
+
+def test_in_place_update_of_a_matrix_donates_its_buffer(python_in_subprocess, tmp_path):
+    """A contiguous matrix is read as its buffer, not as a view of it, so an
+    in-place update on it (an optimizer's add_ on a weight) hands the old
+    buffer to the program instead of keeping two copies."""
+    result = python_in_subprocess("""
+        import glob, os, torch, torch_pjrt
+        w = torch.zeros(32, 16, device="tpu")
+        w.add_(1)
+        print("SUM", w.sum().item())
+        add = [open(p).read() for p in glob.glob(os.environ["TORCH_PJRT_DUMP_DIR"] + "/aten__add_*.mlir")]
+        print("DONOR", sum("jax.buffer_donor = true" in t.splitlines()[1] for t in add))
+    """, env={"TORCH_PJRT_DUMP_DIR": str(tmp_path)})
+    assert "SUM 512.0" in result.stdout, result.stdout + result.stderr
+    assert "DONOR 1" in result.stdout, result.stdout + result.stderr

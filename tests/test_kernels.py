@@ -220,9 +220,71 @@ def test_compiled_training_step_through_the_kernel():
     torch.testing.assert_close(norm_w_dev.grad.cpu(), norm_w.grad, rtol=1e-4, atol=1e-5)
 
 
-def test_donation_is_refused_not_ignored():
-    with pytest.raises(NotImplementedError, match="donate_argnums"):
-        torch_pjrt.jax_op(fresh("inc"), lambda x: x + 1, donate_argnums=(0,))
+def _cache_update(cache, new, pos: int):
+    return jax.lax.dynamic_update_slice(cache, new, (pos, 0))
+
+
+def test_donated_first_argument_is_updated_in_place():
+    op = torch_pjrt.jax_op(fresh("cache_update"), _cache_update, donate_argnums=(0,))
+    assert str(op.kernel.schema).endswith("(Tensor(a!) cache, Tensor new, int pos) -> Tensor(a!)")
+    cache = torch.zeros(16, 8, device=DEV)
+    view = cache[4:8]  # shares the storage: sees the update, as with any in-place op
+    out = op(cache, torch.ones(2, 8, device=DEV), 5)
+    assert out is cache
+    expected = torch.zeros(16, 8)
+    expected[5:7] = 1
+    torch.testing.assert_close(cache.cpu(), expected)
+    torch.testing.assert_close(view.cpu(), expected[4:8])
+    c = torch.zeros(16, 8)  # CPU: the same in-place update
+    op(c, torch.ones(2, 8), 5)
+    torch.testing.assert_close(c, expected)
+
+
+def test_donated_buffer_goes_to_the_program(python_in_subprocess, tmp_path):
+    result = python_in_subprocess("""
+        import glob, os, torch, torch_pjrt, jax
+        def upd(cache, new, pos: int):
+            return jax.lax.dynamic_update_slice(cache, new, (pos, 0))
+        op = torch_pjrt.jax_op("ktdon::upd", upd, donate_argnums=(0,))
+        cache = torch.zeros(64, 64, device="tpu")
+        op(cache, torch.ones(1, 64, device="tpu"), 3)
+        print("SUM", cache.sum().item())
+        texts = [open(p).read() for p in glob.glob(os.environ["TORCH_PJRT_DUMP_DIR"] + "/*.mlir")]
+        mine = [t for t in texts if "k_ktdon__upd" in t]
+        print("DONOR", sum("jax.buffer_donor = true" in t.splitlines()[1] for t in mine))
+    """, env={"TORCH_PJRT_DUMP_DIR": str(tmp_path)})
+    assert "SUM 64.0" in result.stdout, result.stdout + result.stderr
+    assert "DONOR 1" in result.stdout, result.stdout + result.stderr
+
+
+def test_donation_under_compile_and_fused():
+    op = torch_pjrt.jax_op(fresh("cache_update"), _cache_update, donate_argnums=(0,))
+    expected = torch.zeros(4, 4)
+    expected[1] = 1
+
+    @torch.compile(backend="tpu")
+    def step(cache, new):
+        op(cache, new, 1)
+        return cache * 2
+
+    cache = torch.zeros(4, 4, device=DEV)
+    torch.testing.assert_close(step(cache, torch.ones(1, 4, device=DEV)).cpu(), expected * 2)
+    torch.testing.assert_close(cache.cpu(), expected)
+    with torch_pjrt.eager_mode("fused"):
+        cache = torch.zeros(4, 4, device=DEV)
+        op(cache, torch.ones(1, 4, device=DEV), 1)
+        torch.testing.assert_close(cache.cpu(), expected)
+
+
+def test_donation_errors():
+    with pytest.raises(NotImplementedError, match="only the first argument"):
+        torch_pjrt.jax_op(fresh("inc"), lambda x, y: x + y, donate_argnums=(1,))
+    op = torch_pjrt.jax_op(fresh("total"), lambda x: x.sum(), donate_argnums=(0,))
+    with pytest.raises(RuntimeError, match=r"donates 'x' \(float32\[3\]\).*float32\[\]"):
+        op(torch.ones(3, device=DEV))
+    upd = torch_pjrt.jax_op(fresh("cache_update"), _cache_update, donate_argnums=(0,))
+    with pytest.raises(RuntimeError, match="no gradient flows"):
+        upd(torch.zeros(4, 4, device=DEV, requires_grad=True), torch.ones(1, 4, device=DEV), 0)
 
 
 # --- kernels the plugin cannot run -----------------------------------------------

@@ -1,5 +1,7 @@
 #include "backend/tensor_access.h"
 
+#include <algorithm>
+
 #include <ATen/Functions.h>
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
@@ -138,6 +140,10 @@ std::optional<PermutedView> whole_buffer_permutation(const at::Tensor& t) {
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  // In order already: a plain read (buffer_for_read), not a view. Taking it
+  // as a permutation kept in-place ops on 2-D and larger tensors from
+  // donating their buffer.
+  if (std::is_sorted(order.begin(), order.end())) return std::nullopt;
   int64_t expected = 1;
   for (int64_t k = t.dim() - 1; k >= 0; --k) {
     int64_t d = order[k];

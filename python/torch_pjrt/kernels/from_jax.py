@@ -85,12 +85,22 @@ class JaxOp:
     """A registered JAX kernel: call it like a function (autograd aware), or
     use `.op` (the OpOverload) directly."""
 
-    def __init__(self, forward: KernelOp, backward: Optional[KernelOp]):
+    def __init__(self, forward: KernelOp, backward: Optional[KernelOp], donating: bool = False,
+                 functional: Optional["JaxOp"] = None):
         self.kernel = forward
         self.op = forward.op
         self.backward_kernel = backward
+        self.donating = donating
+        self.functional = functional
 
     def __call__(self, *args, **kwargs):
+        if self.donating and torch.is_grad_enabled() and any(
+                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            raise RuntimeError(f"{self.kernel.qualname} donates its first argument (an in-place "
+                               "update): no gradient flows through it; call it under "
+                               "torch.no_grad() or on tensors that do not require grad")
+        if self.donating and torch.compiler.is_compiling():
+            return args[0].copy_(self.functional.op(*args, **kwargs))
         return self.op(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -190,14 +200,23 @@ def jax_op(name: str, fn: Callable, *, schema: Optional[str] = None,
     vjp: a JAX function (*args, *cotangents) -> one gradient per tensor
         argument (None for non-float ones), replacing jax.vjp; by default
         jax.vjp of fn, which honours fn's jax.custom_vjp rule.
-    donate_argnums: not supported yet: passing any raises NotImplementedError
-        rather than silently copying.
+    donate_argnums: (0,) donates the first argument, as JAX's donation does:
+        its buffer goes to the kernel, which writes its (only) result there.
+        In PyTorch terms the op updates its first argument in place (its
+        schema marks it `Tensor(a!)` and it returns that tensor), so a large
+        state (a cache, an optimizer buffer) is updated with no second copy.
+        Only the first argument can be donated, the result must have its
+        dtype and shape, and no gradient flows through a donating op.
     """
     jax = _import_jax()
-    if donate_argnums:
+    donate = tuple(donate_argnums)
+    if donate not in ((), (0,)):
         raise NotImplementedError(
-            "jax_op: donate_argnums is not supported yet; the inputs are kept, as without it")
+            f"jax_op {name}: only the first argument can be donated (donate_argnums=(0,)), "
+            f"not {donate}")
     schema = schema or _schema_from_function(fn)
+    if donate:
+        return _donating_op(jax, name, fn, schema)
     # Defined first with its backward attached after (the backward op's
     # schema depends on the forward's).
     parsed = torch._C.parse_schema(name + schema)
@@ -220,6 +239,63 @@ def jax_op(name: str, fn: Callable, *, schema: Optional[str] = None,
                                fake, cpu)
     backward = _define_backward(jax, name, fn, parsed, is_tensor, vjp)
     return JaxOp(forward, backward)
+
+
+def _donating_op(jax, name: str, fn: Callable, schema: str) -> "JaxOp":
+    """ns::op(Tensor(a!) x, ...) -> Tensor(a!): the kernel's result written
+    into x, whose buffer the program takes over when nothing else holds it."""
+    plain = torch._C.parse_schema(name + schema)
+    args = plain.arguments
+    if not args or not isinstance(args[0].type, torch.TensorType) or len(plain.returns) != 1:
+        raise ValueError(f"jax_op {name}: a donating op takes a tensor first and returns one "
+                         f"tensor, not {schema}")
+    first = args[0].name
+    normalized = str(plain)[len(name):]  # "(Tensor x, float eps=1e-06) -> Tensor"
+    params = normalized[1:normalized.rindex(") ->")]
+    text = "(Tensor(a!) " + params[len("Tensor "):] + ") -> Tensor(a!)"
+    parsed = torch._C.parse_schema(name + text)
+    is_tensor = _arg_kinds(parsed)
+    names = _tensor_names(parsed, is_tensor)
+
+    def check_result(out_dtype, out_shape, dtype, shape) -> None:
+        if out_dtype != dtype or list(out_shape) != list(shape):
+            raise RuntimeError(
+                f"{name}: donates '{first}' ({str(dtype).replace('torch.', '')}{list(shape)}) but "
+                f"the JAX function returns {str(out_dtype).replace('torch.', '')}{list(out_shape)}; "
+                "a donated argument must receive a result of its own dtype and shape")
+
+    lower_plain = _lowerer(jax, name, fn, is_tensor, names)
+
+    def lower(args_desc: list):
+        module = lower_plain(args_desc)
+        from ._types import parse_mlir_type
+        dtype, shape = args_desc[0]
+        check_result(*parse_mlir_type(module.results[0]), dtype, shape)
+        return module
+
+    def fake(*a, **kw):
+        full = _complete(parsed, a, kw)
+        tensors, statics = _split(full, is_tensor)
+        structs = [jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype)) for t in tensors]
+        with _x64(jax), _Rejected(name, names, [(t.dtype, t.shape) for t in tensors]):
+            out = _outputs(jax.eval_shape(_bind(fn, is_tensor, statics), *structs))
+        check_result(torch_dtype(out[0].dtype), out[0].shape, tensors[0].dtype, tensors[0].shape)
+        return tensors[0]
+
+    run_cpu = _cpu_runner(jax, fn, parsed, is_tensor)
+
+    def cpu(*a, **kw):
+        full = _complete(parsed, a, kw)
+        result = run_cpu(*full)
+        check_result(result.dtype, result.shape, full[0].dtype, full[0].shape)
+        return full[0].copy_(result)
+
+    forward = define_kernel_op(name, text, lower, fake, cpu)
+    # torch.compile cannot functionalize a custom op returning an alias; in
+    # a compiled graph the call is the functional twin plus a copy into the
+    # argument, which the compiled program turns into an input update.
+    functional = jax_op(name + "_functional", fn, schema=schema)
+    return JaxOp(forward, None, donating=True, functional=functional)
 
 
 def _cpu_runner(jax, fn: Callable, parsed, is_tensor: list[bool]) -> Callable:
