@@ -3,8 +3,6 @@ runtime scalars, the CPU fallback, and errors that match CPU PyTorch."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
