@@ -224,6 +224,7 @@ def test_in_place_updates_with_donation_keep_every_alias_right():
     assert m.cpu().eq(2).all()
 
 
+@pytest.mark.strict_only
 def test_in_place_update_of_a_matrix_donates_its_buffer(python_in_subprocess, tmp_path):
     """A contiguous matrix is read as its buffer, not as a view of it, so an
     in-place update on it (an optimizer's add_ on a weight) hands the old
