@@ -54,7 +54,7 @@ py::tuple describe(const hlo::TensorType& t, c10::ScalarType dtype) {
 // kernel function's arguments; static arguments go to `lower`, which picks
 // (or lowers) the kernel for these types and returns
 // (symbol, text, [(dtype, dims)] results).
-std::vector<hlo::Value> lower_kernel(ops::LoweringContext& ctx, const py::object& lower) {
+std::vector<hlo::Value> lower_kernel(ops::LoweringContext& ctx, py::handle lower) {
   std::vector<hlo::Value> operands;
   std::vector<hlo::TensorType> params;
   std::shared_ptr<hlo::ExternalFunction> fn;
@@ -80,13 +80,9 @@ std::vector<hlo::Value> lower_kernel(ops::LoweringContext& ctx, const py::object
                       " is a tensor list or a runtime scalar, which kernel ops do not take");
       }
     }
-    py::tuple made;
-    try {
-      made = lower(args).cast<py::tuple>();
-    } catch (py::error_already_set& e) {
-      // Keeps the Python exception's type (a TypeError for wrong dtypes).
-      throw;
-    }
+    // A Python exception raised by `lower` (a mistyped argument) reaches
+    // the caller with its own type and message.
+    py::tuple made = lower(args).cast<py::tuple>();
     fn = std::make_shared<hlo::ExternalFunction>();
     fn->symbol = made[0].cast<std::string>();
     fn->text = made[1].cast<std::string>();
@@ -107,20 +103,15 @@ void bind_kernel_ops(py::module& m) {
                                   std::vector<int> static_scalars) {
     TORCH_CHECK(!ops::find_lowering(name), "torch_pjrt: a lowering for ", name,
                 " is already registered");
-    // The lowering outlives any Python frame: hold the callable for good
-    // (released only at exit, when the interpreter may be gone, so leaked).
-    auto* held = new py::object(std::move(lower));
+    // A borrowed handle: the Python side keeps `lower` alive for the life of
+    // the process (torch_pjrt.kernels._custom_op), so the static lowering
+    // table never has to release a Python object after the interpreter.
+    py::handle held = lower;
     ops::register_lowering(name, [held](ops::LoweringContext& ctx) {
-      return lower_kernel(ctx, *held);
+      return lower_kernel(ctx, held);  // touched only under the GIL, inside
     }, {}, std::move(static_scalars));
     size_t dot = name.find('.', name.find("::"));
     register_eager_kernel(dot == std::string::npos ? name : name.substr(0, dot));
-  });
-  m.def("_kernel_type", [](const py::object& dtype, std::vector<int64_t> dims) {
-    // The MLIR type a tensor of this dtype and shape has in a kernel's signature.
-    auto t = hlo::TensorType{ops::to_element_type(torch::python::detail::py_object_to_dtype(dtype)),
-                             std::move(dims)};
-    return t.mlir();
   });
 }
 

@@ -27,6 +27,7 @@ from ._types import parse_mlir_type
 __all__ = ["KernelOp", "define_kernel_op", "kernel_symbol_prefix", "check_custom_calls", "platform"]
 
 _libraries: dict[str, torch.library.Library] = {}
+_lowerers: list = []
 
 # Custom calls XLA itself expands on every platform. Anything else is a
 # call into code a particular runtime registers (LAPACK through jaxlib,
@@ -168,6 +169,7 @@ def define_kernel_op(qualname: str, schema: str, lower: LowerFn,
     # as runtime parameters.
     static_scalars = [i for i, a in enumerate(parsed.arguments)
                       if str(a.type) in ("float", "Scalar", "float?", "Scalar?")]
+    _lowerers.append(lower_entry)  # C++ borrows it: kept for the life of the process
     _C._register_kernel_op(qualname, lower_entry, static_scalars)
     _graph_ops_changed()
     return KernelOp(qualname, op, parsed)
