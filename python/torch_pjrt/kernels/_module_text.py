@@ -16,7 +16,7 @@ entry it cannot find.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["KernelModule", "parse_module", "custom_calls_in", "KernelModuleError"]
 
@@ -31,7 +31,6 @@ class KernelModule:
     text: str                        # every function, private and renamed
     params: list[str]                # the entry's argument types, as MLIR writes them
     results: list[str]               # its result types
-    custom_calls: list[str] = field(default_factory=list)
 
 
 _OPEN = {"(": ")", "[": "]", "{": "}", "<": ">"}
@@ -229,7 +228,7 @@ def parse_module(text: str, prefix: str, entry: str = "main") -> KernelModule:
     def rename_refs(s: str) -> str:
         return _SYMBOL.sub(lambda m: "@" + renamed(m.group(1)) if m.group(1) in names else m.group(0), s)
 
-    out, calls = [], []
+    out = []
     for f in functions:
         args = []
         for k, a in enumerate(f.args):
@@ -240,10 +239,7 @@ def parse_module(text: str, prefix: str, entry: str = "main") -> KernelModule:
         sig = "(" + ", ".join(results) + ")"
         out.append(f"  func.func private @{renamed(f.name)}({', '.join(args)}) -> {sig} "
                    f"{rename_refs(f.body)}\n")
-        for m in _CUSTOM_CALL.finditer(f.body):
-            calls.append(m.group(1) or m.group(2))
     main = next(f for f in functions if f.name == entry)
     return KernelModule(symbol=renamed(entry), text="".join(out),
                         params=[_type_of(a) for a in main.args],
-                        results=[_type_of(r) for r in main.results],
-                        custom_calls=sorted(set(calls)))
+                        results=[_type_of(r) for r in main.results])

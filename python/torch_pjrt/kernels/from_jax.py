@@ -185,6 +185,16 @@ def _lowerer(jax, qualname: str, fn: Callable, is_tensor: list[bool], names: lis
     return lower
 
 
+def _eval_shape(jax, fn: Callable, parsed, is_tensor: list[bool], args, kwargs) -> tuple[list, list]:
+    """The call's tensors and the types of fn's outputs (jax.eval_shape):
+    what a fake implementation needs."""
+    tensors, statics = _split(_complete(parsed, args, kwargs), is_tensor)
+    structs = [jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype)) for t in tensors]
+    with _x64(jax), _Rejected(parsed.name, _tensor_names(parsed, is_tensor),
+                              [(t.dtype, t.shape) for t in tensors]):
+        return tensors, _outputs(jax.eval_shape(_bind(fn, is_tensor, statics), *structs))
+
+
 def _outputs(result) -> list:
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
@@ -223,14 +233,10 @@ def jax_op(name: str, fn: Callable, *, schema: Optional[str] = None,
     is_tensor = _arg_kinds(parsed)
 
     def fake(*args, **kwargs):
-        tensors, statics = _split(_complete(parsed, args, kwargs), is_tensor)
-        structs = [jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype)) for t in tensors]
-        with _x64(jax), _Rejected(name, _tensor_names(parsed, is_tensor),
-                                  [(t.dtype, t.shape) for t in tensors]):
-            out = jax.eval_shape(_bind(fn, is_tensor, statics), *structs)
+        tensors, out = _eval_shape(jax, fn, parsed, is_tensor, args, kwargs)
         device = tensors[0].device if tensors else torch.device("cpu")
         made = [torch.empty(tuple(o.shape), dtype=torch_dtype(o.dtype), device=device)
-                for o in _outputs(out)]
+                for o in out]
         return tuple(made) if len(parsed.returns) != 1 else made[0]
 
     cpu = _cpu_runner(jax, fn, parsed, is_tensor)
@@ -274,11 +280,7 @@ def _donating_op(jax, name: str, fn: Callable, schema: str) -> "JaxOp":
         return module
 
     def fake(*a, **kw):
-        full = _complete(parsed, a, kw)
-        tensors, statics = _split(full, is_tensor)
-        structs = [jax.ShapeDtypeStruct(tuple(t.shape), jax_dtype(t.dtype)) for t in tensors]
-        with _x64(jax), _Rejected(name, names, [(t.dtype, t.shape) for t in tensors]):
-            out = _outputs(jax.eval_shape(_bind(fn, is_tensor, statics), *structs))
+        tensors, out = _eval_shape(jax, fn, parsed, is_tensor, a, kw)
         check_result(torch_dtype(out[0].dtype), out[0].shape, tensors[0].dtype, tensors[0].shape)
         return tensors[0]
 
