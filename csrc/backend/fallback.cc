@@ -24,6 +24,13 @@ std::string name_of(const c10::OperatorHandle& op) {
                                         : schema.name() + "." + schema.overload_name();
 }
 
+bool is_index_list(const c10::TypePtr& type) {
+  auto list = type->castRaw<c10::ListType>();
+  if (list == nullptr) return false;
+  auto opt = list->getElementType()->castRaw<c10::OptionalType>();
+  return opt != nullptr && opt->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
 // The tensors a fallback reads and writes must live where a tpu kernel
 // would accept them: one tpu device, and nothing written on the CPU (the
 // result could not be copied back there). Raise as a device kernel would.
@@ -53,7 +60,9 @@ void check_devices(const c10::OperatorHandle& op, const std::string& name,
         TORCH_CHECK(false, "Expected all tensors to be on the same device: ", name,
                     " would write its result into argument '", args[i].name(), "' on ", d.str(),
                     " while other arguments are on tpu");
-      } else if (t.dim() > 0) {  // a CPU scalar is fine, as with CUDA kernels
+      } else if (t.dim() > 0 && !is_index_list(args[i].type())) {
+        // A CPU scalar is fine, as with CUDA kernels, and so are CPU index
+        // tensors of advanced indexing (Tensor?[] indices).
         cpu_operand = cpu_operand ? cpu_operand : std::optional<c10::Device>(d);
       }
     }

@@ -292,13 +292,16 @@ PreparedCall prepare(const std::string& op, const ops::Lowering& lowering,
         }
       }
       call.key.attr("optional_list").attr(static_cast<uint64_t>(entries.size()));
-      for (const auto& e : entries) {
+      for (auto& e : entries) {
         a.present.push_back(e.has_value());
         a.dtypes.push_back(e ? e->scalar_type() : at::kLong);
         if (!e) {
           call.key.attr("none");
           continue;
         }
+        // Index tensors may live on the CPU, as CUDA allows for advanced
+        // indexing and index_put: they are copied to the device.
+        if (e->is_cpu()) e = e->to(c10::Device(c10::DeviceType::PrivateUse1, call.device));
         check_device(op, *e, call.device);
         add_tensor_param(call, *e);
       }

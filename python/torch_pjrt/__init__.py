@@ -35,12 +35,9 @@ def _register_device() -> None:
     )
     # TPUs compute in bfloat16: torch.autocast(name) defaults to it.
     torch.set_autocast_dtype(name, torch.bfloat16)
-    # Module.to(device) keeps a Parameter object only when torch deems the
-    # two tensor types shallow-copy compatible, which it never does for
-    # PrivateUse1: tied weights (GPT-2's embedding and output layer) would
-    # become two parameters on the device. Swapping converts in place and
-    # keeps every Parameter's identity, so ties survive the move.
-    torch.__future__.set_swap_module_params_on_conversion(True)
+    # Module.to(device) keeps each Parameter object (and so tied weights)
+    # because the extension tells torch that CPU and tpu dense tensors are
+    # shallow-copy compatible (csrc/backend/shallow_copy.cc), as CUDA's are.
     from . import _accelerate, _fused_optim
     from ._compile import default_backend
 
