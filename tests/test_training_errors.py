@@ -38,8 +38,16 @@ def test_cross_entropy_with_a_wrong_target_dtype():
         lambda d: F.embedding(torch.tensor([[0, 9]], device=d), torch.randn(5, 2, device=d)),
         lambda d: torch.arange(4.0, device=d)[torch.tensor([4], device=d)],
         lambda d: torch.zeros(3, device=d).index_put_((torch.tensor([-4], device=d),), torch.ones(1, device=d)),
+        lambda d: torch.zeros(2, 3, device=d).scatter(1, torch.tensor([[0], [3]], device=d), 1.0),
+        lambda d: torch.zeros(2, 3, device=d).scatter_add(1, torch.tensor([[5]], device=d),
+                                                          torch.ones(1, 1, device=d)),
+        lambda d: F.nll_loss(torch.randn(3, 4, device=d), torch.tensor([0, 7, 1], device=d)),
+        lambda d: F.cross_entropy(torch.randn(3, 4, device=d), torch.tensor([0, -2, 1], device=d)),
+        lambda d: F.cross_entropy(torch.randn(2, 4, 3, device=d), torch.tensor([[0, 4, 1]] * 2, device=d),
+                                  reduction="none"),
     ],
-    ids=["gather", "index_select", "embedding", "advanced_index", "index_put"],
+    ids=["gather", "index_select", "embedding", "advanced_index", "index_put", "scatter",
+         "scatter_add", "nll_loss", "cross_entropy_negative", "cross_entropy_2d"],
 )
 def test_out_of_range_indices_raise_index_error(call):
     error = raises_like_cpu(call)
@@ -62,9 +70,30 @@ def test_convolution_with_mismatched_channels():
                                        groups=3))
 
 
-def test_out_of_range_nll_target_is_nan_not_a_plausible_loss():
-    # CPU raises at once; raising on the device would need a sync per loss,
-    # so the loss becomes NaN instead of silently dropping the sample.
+def test_out_of_range_nll_target_raises_at_the_next_sync_and_never_gives_a_plausible_loss():
+    # CPU raises at once. The device checks the targets in the loss's own
+    # program and raises at the next host wait, with no sync per loss; the
+    # loss it returned until then is NaN, never a loss that drops the sample.
     loss = F.nll_loss(torch.log_softmax(torch.randn(3, 4, device=NAME), 1),
                       torch.tensor([0, 7, 1], device=NAME))
+    with pytest.raises(IndexError, match="Target is out of bounds"):
+        loss.cpu()
     assert torch.isnan(loss.cpu())
+    # ignore_index is not out of range.
+    ok = F.nll_loss(torch.log_softmax(torch.randn(3, 4, device=NAME), 1),
+                    torch.tensor([0, -100, 1], device=NAME))
+    assert torch.isfinite(ok.cpu())
+
+
+def test_cholesky_of_a_matrix_that_is_not_positive_definite():
+    a = torch.eye(3)
+    a[2, 2] = -1.0
+    # linalg.cholesky reads info on the host: CPU's LinAlgError, at once.
+    error = raises_like_cpu(lambda d: torch.linalg.cholesky(a.to(d)))
+    assert "positive-definite" in str(error)
+    # cholesky_ex reports through info (nonzero exactly when CPU's is).
+    _, info = torch.linalg.cholesky_ex(a.to(NAME))
+    assert info.item() != 0 and torch.linalg.cholesky_ex(a)[1].item() != 0
+    # The deprecated torch.cholesky checks on the device, raised at the next wait.
+    with pytest.raises(RuntimeError, match="not positive-definite"):
+        torch.cholesky(a.to(NAME)).cpu()

@@ -6,6 +6,9 @@
 #include <ATen/ops/index_put.h>
 #include <ATen/ops/repeat_interleave.h>
 #include <ATen/ops/_unique2.h>
+#include <ATen/ops/unique_consecutive.h>
+#include <ATen/ops/unique_dim.h>
+#include <ATen/ops/eq.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/ones.h>
@@ -44,6 +47,35 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, b
   auto [values, inverse, counts] =
       at::_unique2(self.to(at::kCPU), sorted, return_inverse, return_counts);
   return {values.to(self.device()), inverse.to(self.device()), counts.to(self.device())};
+}
+
+// unique_consecutive and unique over a dim: sizes depend on the data too.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(
+    const at::Tensor& self, bool return_inverse, bool return_counts, std::optional<int64_t> dim) {
+  note_host_sync();
+  auto [values, inverse, counts] =
+      at::unique_consecutive(self.to(at::kCPU), return_inverse, return_counts, dim);
+  return {values.to(self.device()), inverse.to(self.device()), counts.to(self.device())};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_dim(const at::Tensor& self, int64_t dim,
+                                                          bool sorted, bool return_inverse,
+                                                          bool return_counts) {
+  note_host_sync();
+  auto [values, inverse, counts] =
+      at::unique_dim(self.to(at::kCPU), dim, sorted, return_inverse, return_counts);
+  return {values.to(self.device()), inverse.to(self.device()), counts.to(self.device())};
+}
+
+// torch.equal: same sizes and every element equal (NaN never is). The
+// comparison runs on the device; only its one boolean is read back.
+bool equal(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
+              self.device(), " and ", other.device());
+  if (self.sizes() != other.sizes()) return false;
+  if (self.numel() == 0) return true;
+  note_host_sync();
+  return at::eq(self, other).all().item<bool>();
 }
 
 // masked_scatter_: the i-th true position of mask takes source's i-th
@@ -112,6 +144,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("masked_scatter_", masked_scatter_);
   m.impl("repeat_interleave.Tensor", repeat_interleave_tensor);
   m.impl("_unique2", unique2);
+  m.impl("unique_consecutive", unique_consecutive);
+  m.impl("unique_dim", unique_dim);
+  m.impl("equal", equal);
   m.impl("nonzero", nonzero);
   m.impl("masked_select", masked_select);
 }

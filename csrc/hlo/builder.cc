@@ -409,6 +409,33 @@ Value Builder::bitcast_convert(Value x, ElementType to) {
   return add_node("bitcast_convert", {x}, "", {TensorType{to, dims}});
 }
 
+// --- linear algebra ------------------------------------------------------------
+
+Value Builder::cholesky(Value a, bool lower) {
+  const TensorType& in = type(a);
+  if (in.rank() < 2 || in.dims[in.rank() - 1] != in.dims[in.rank() - 2]) {
+    fail("cholesky", "needs (batches of) square matrices, got " + describe(in));
+  }
+  return add_node("cholesky", {a}, std::string("lower = ") + (lower ? "true" : "false"), {in});
+}
+
+Value Builder::triangular_solve(Value a, Value b, bool left_side, bool lower, bool unit_diagonal,
+                                bool transpose_a) {
+  const TensorType& ta = type(a);
+  const TensorType& tb = type(b);
+  int64_t r = ta.rank();
+  if (r < 2 || ta.dims[r - 1] != ta.dims[r - 2] || tb.rank() != r ||
+      ta.dims[r - 1] != tb.dims[left_side ? r - 2 : r - 1] ||
+      !std::equal(ta.dims.begin(), ta.dims.end() - 2, tb.dims.begin())) {
+    fail("triangular_solve", "shapes do not fit: " + describe(ta) + " and " + describe(tb));
+  }
+  auto flag = [](bool v) { return v ? std::string("true") : std::string("false"); };
+  std::string attrs = "left_side = " + flag(left_side) + ", lower = " + flag(lower) +
+                      ", unit_diagonal = " + flag(unit_diagonal) + ", transpose_a = #stablehlo<transpose " +
+                      (transpose_a ? "TRANSPOSE" : "NO_TRANSPOSE") + ">";
+  return add_node("triangular_solve", {a, b}, attrs, {tb});
+}
+
 // --- printing ------------------------------------------------------------------
 
 std::string Builder::value_name(Value v) const {

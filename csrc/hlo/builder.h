@@ -109,6 +109,14 @@ class Builder {
   // ui8[n,4]); a wider one consumes it (ui8[n,4] -> f32[n]).
   Value bitcast_convert(Value x, ElementType to);
 
+  // --- linear algebra ---------------------------------------------------------
+  // Cholesky factor of each (batched) square matrix; the other triangle of
+  // the result is unspecified (mask it).
+  Value cholesky(Value a, bool lower);
+  // Solves op(a) x = b (left) or x op(a) = b for triangular `a`.
+  Value triangular_solve(Value a, Value b, bool left_side, bool lower, bool unit_diagonal,
+                         bool transpose_a);
+
   // --- structured -----------------------------------------------------------
   Value dot_general(Value a, Value b, const std::vector<int64_t>& batch_a,
                     const std::vector<int64_t>& batch_b, const std::vector<int64_t>& contract_a,

@@ -75,13 +75,19 @@ NllParts nll_weights(LoweringContext& ctx, Value input, Value target, int64_t ig
     w = b.splat(b.constant(1.0, t), tdims);
   }
   w = b.select(keep, w, b.zeros(TensorType{t, tdims}));
-  // A target outside [0, classes) poisons its loss with NaN rather than
-  // dropping out silently. (CPU raises; raising here would need a host sync.)
+  // A target outside [0, classes) that is not ignore_index raises CPU's
+  // IndexError at the next host wait (a deferred check: no sync per op), and
+  // until then poisons its loss with NaN rather than dropping out silently.
   Value in_range = b.binary(
       "and", b.compare(tgt, b.zeros(TensorType{ElementType::kS64, tdims}), hlo::Compare::kGe),
       b.compare(tgt, b.splat(b.constant_int(classes, ElementType::kS64), tdims), hlo::Compare::kLt));
-  w = b.select(b.binary("or", in_range, b.unary("not", keep)), w,
-               b.splat(b.constant(NAN, t), tdims));
+  Value valid = b.binary("or", in_range, b.unary("not", keep));
+  std::vector<int64_t> all_dims;
+  for (int64_t i = 0; i < static_cast<int64_t>(tdims.size()); ++i) all_dims.push_back(i);
+  ctx.require(reduce(b, valid, all_dims, ReduceKind::kAnd),
+              c10::str("Target is out of bounds (a target outside [0, ", classes,
+                       ") that is not ignore_index=", ignore_index, ")."));
+  w = b.select(valid, w, b.splat(b.constant(NAN, t), tdims));
   return {w, class_dim};
 }
 
