@@ -14,7 +14,7 @@ CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>
 # removing one needs a reinstall (editing one does not, but costs only seconds).
 PYSRC := $(shell find python -name '*.py' 2>/dev/null)
 
-.PHONY: all demo test test-cpp test-python build cpp asan bench-runtime bench-eager bench-compile bench-moe bench-distributed bench bench-quick torchtitan clean
+.PHONY: all demo test test-cpp test-python build cpp asan hf-suite bench-runtime bench-eager bench-compile bench-moe bench-distributed bench bench-quick torchtitan clean
 
 all: build
 
@@ -77,6 +77,16 @@ asan: | $(STAMPS)/apt $(STAMPS)/pip
 	cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTORCH_PJRT_SANITIZE=ON -DPython3_EXECUTABLE=$(abspath $(PY))
 	ninja -C build/asan -j2 pjrt_runtime_test
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 LSAN_OPTIONS=suppressions=$(abspath tools/lsan.supp) ctest --test-dir build/asan -j2 --output-on-failure
+
+# Hugging Face's own Transformers test files (../shared/transformers-tests, or
+# HF_TESTS=DIR) on the CPU and on tpu, test by test: the table goes to
+# benchmarks/results/hf-suite-DATE.md. HF_SUITE_ARGS="--families bert -k x".
+$(STAMPS)/hf-suite-pip: requirements/hf-suite.txt requirements/constraints.txt | $(STAMPS)/pip
+	$(PIP) install -q -r requirements/hf-suite.txt -c requirements/constraints.txt
+	@touch $@
+
+hf-suite: build $(STAMPS)/hf-suite-pip
+	$(PY) tools/hf_suite/run.py $(if $(HF_TESTS),--tests $(HF_TESTS)) $(HF_SUITE_ARGS)
 
 bench-runtime: cpp
 	$(PY) benchmarks/runtime.py --binary build/cpp/benchmarks/cpp/runtime_bench
