@@ -129,3 +129,25 @@ def test_in_place_result_must_fit_self():
         xi = torch.ones(3, dtype=torch.int64, device=d)
         with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
             xi.add_(torch.ones(3, device=d) * 0.5)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda d: torch.tensor([True, False, True, True], device=d).view(torch.uint8),
+    lambda d: torch.tensor([True, False, True, True], device=d).view(torch.int16),
+    lambda d: torch.tensor([0, 3, 1, 0], dtype=torch.uint8, device=d).view(torch.bool),
+    lambda d: torch.tensor([0, 256, 1, 0], dtype=torch.int16, device=d).view(torch.bool)[1:],
+    lambda d: torch.tensor([[True, False], [False, True]], device=d).t().contiguous().view(torch.int8),
+], ids=["bool_as_u8", "bool_as_i16", "u8_as_bool", "i16_as_bool", "bool_2d_as_i8"])
+def test_bool_reinterpreted_as_bytes_and_back(fn):
+    # XLA's bool is a 1-bit type to bitcasts, torch's a byte.
+    assert_same(*both(fn))
+
+
+def test_write_through_a_bool_view_of_bytes():
+    def fn(d):
+        x = torch.zeros(4, dtype=torch.uint8, device=d)
+        x.view(torch.bool)[2] = True
+        m = torch.zeros(4, dtype=torch.bool, device=d)
+        m.view(torch.uint8)[1] = 1
+        return x, m
+    assert_same(*both(fn))

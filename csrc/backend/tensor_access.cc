@@ -98,6 +98,15 @@ Value reinterpret_flat(Builder& b, Value flat, int64_t n, ElementType have, Elem
     Value im = b.reshape(b.slice(parts, {0, 1}, {m / 2, 2}, {1, 1}), {m / 2});
     return b.complex(re, im);
   }
+  // XLA's bool is a 1-bit type to bitcast_convert, torch's a byte: go
+  // through uint8 (a nonzero byte read as bool is true).
+  if (have == ElementType::kPred && want != ElementType::kPred) {
+    return reinterpret_flat(b, b.convert(flat, ElementType::kU8), n, ElementType::kU8, want);
+  }
+  if (want == ElementType::kPred && have != ElementType::kPred) {
+    Value bytes = reinterpret_flat(b, flat, n, have, ElementType::kU8);
+    return b.compare(bytes, b.zeros(b.type(bytes)), hlo::Compare::kNe);
+  }
   size_t hw = pjrt::byte_width(have), ww = pjrt::byte_width(want);
   if (hw == ww) return b.bitcast_convert(flat, want);
   if (hw > ww) {
