@@ -64,7 +64,7 @@ FUSED_TESTS = tests/test_device.py tests/test_eager.py tests/test_storage_views.
 	tests/test_training_errors.py tests/test_ops_training.py tests/test_transformers.py \
 	tests/test_moe_ops.py tests/test_kernel_library.py
 
-test-python: build $(STAMPS)/bench-pip $(STAMPS)/kernels-pip
+test-python: build $(STAMPS)/bench-pip $(STAMPS)/kernels-pip $(STAMPS)/hf-suite-pip
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q --eager-mode=fused $(FUSED_TESTS)
 

@@ -66,7 +66,7 @@ def run_family(tree: Path, family: str, device: str, out: Path, timeout: int,
                select: str | None) -> Path:
     record = out / f"{family}-{device}.jsonl"
     test_file = tree / "tests" / "models" / family / f"test_modeling_{family}.py"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "plugin", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "hf_suite_plugin", "-p", "no:cacheprovider",
            "--rootdir", str(tree), f"--timeout={timeout}", "-o", "addopts=", str(test_file)]
     if select:
         cmd += ["-k", select]
