@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 
 CAUSES: list[tuple[str, str]] = [
+    # torch.nn.attention.flex_attention checks the device type against a
+    # fixed list (cuda, cpu, xpu, hpu, mps): no PrivateUse1 device can pass.
+    ("flex_attention refuses devices outside torch's list", r"FlexAttention is only supported on"),
     ("dtype-reinterpreting view read", r"rank of smaller element type|view_read"),
     ("CPU tensor beside a tpu tensor", r"Expected all tensors to be on the same device"),
     ("module parameter swap on .to()", r"Couldn't swap"),
