@@ -55,6 +55,11 @@ CASES = [
     OpCase("linalg.cholesky", rtol_scale=50), OpCase("linalg.cholesky_ex", rtol_scale=50),
     OpCase("cholesky", rtol_scale=50), OpCase("linalg.solve_triangular", rtol_scale=50),
     OpCase("equal"), OpCase("unique_consecutive"), OpCase("unique"),
+    # binary math and reductions the OpInfo census found falling back
+    OpCase("fmax"), OpCase("fmin"), OpCase("heaviside"), OpCase("logaddexp"),
+    OpCase("logaddexp2"), OpCase("hypot"), OpCase("copysign"), OpCase("trace"),
+    OpCase("std_mean"), OpCase("var_mean"), OpCase("nansum"), OpCase("count_nonzero"),
+    OpCase("aminmax"), OpCase("rsub"), OpCase("special.xlog1py"),
 ]
 
 DTYPES = [torch.float32, torch.int64, torch.bfloat16]
@@ -80,7 +85,8 @@ DIFFERENTIABLE = [c for c in CASES if c.name not in {
     "new_zeros", "new_ones", "new_full", "bitwise_not", "logical_not", "bitwise_and",
     "bitwise_or", "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
     "logical_or", "logical_xor", "any", "all", "argmax", "argmin", "sign", "floor", "ceil",
-    "round", "trunc", "histc", "bincount", "floor_divide", "equal", "unique_consecutive", "unique"}]
+    "round", "trunc", "histc", "bincount", "floor_divide", "equal", "unique_consecutive", "unique",
+    "heaviside", "count_nonzero", "aminmax"}]
 
 
 @pytest.mark.parametrize("case", DIFFERENTIABLE, ids=case_id)
@@ -93,3 +99,17 @@ def test_backward_matches_cpu(case: OpCase):
         pytest.skip(f"{case_id(case)} has no differentiable samples")
     fallbacks = torch_pjrt.metrics()["fallback_ops"]
     assert fallbacks == {}, f"{case_id(case)} backward fell back to the CPU: {fallbacks}"
+
+
+BOOL_CASES = [OpCase("add"), OpCase("mul"), OpCase("maximum"), OpCase("fmax"), OpCase("fmin"),
+              OpCase("heaviside"), OpCase("where"), OpCase("count_nonzero"), OpCase("aminmax")]
+
+
+@pytest.mark.parametrize("case", BOOL_CASES, ids=case_id)
+def test_bool_matches_cpu(case: OpCase):
+    """bool inputs, where the alpha and promotion rules differ (add of two
+    bools is a logical or)."""
+    torch_pjrt.reset_metrics()
+    if check_samples(case, torch.bool) == 0:
+        pytest.skip(f"{case_id(case)} has no CPU support or samples for bool")
+    assert torch_pjrt.metrics()["fallback_ops"] == {}

@@ -136,7 +136,9 @@ Value Builder::constant(double value, ElementType type) {
   if (!is_float(type)) {
     if (type == ElementType::kPred) return constant_bool(value != 0);
     if (is_integral(type)) return constant_int(static_cast<int64_t>(value), type);
-    fail("constant", "complex constants are not supported");
+    // A real number as a complex constant: the number and a zero part.
+    ElementType part = complex_part(type);
+    return complex(constant(value, part), constant(0.0, part));
   }
   Value c = add_node("constant", {},
                      "value = dense<" + f64_literal(value) + "> : tensor<f64>",

@@ -175,11 +175,18 @@ void binary(const std::string& name, const std::vector<std::string>& overloads, 
 Value alpha_times(LoweringContext& ctx, Value other, c10::ScalarType type) {
   if (ctx.is_none(2)) return other;
   Builder& b = ctx.b;
-  TORCH_CHECK(type != at::kBool || ctx.arg(2).dtype == at::kBool,
+  // torch's checks: a bool alpha only for bool results; a float alpha only
+  // for floating results.
+  TORCH_CHECK(ctx.arg(2).dtype != at::kBool || type == at::kBool,
               "Boolean alpha only supported for Boolean results.");
   TORCH_CHECK(c10::isFloatingType(type) || c10::isComplexType(type) ||
                   ctx.arg(2).dtype != at::kDouble,
               "For integral input tensors, argument alpha must not be a floating point number.");
+  if (type == at::kBool) {  // alpha * y for bools: y where alpha is nonzero
+    Value a = ctx.scalar(2, et(ctx.arg(2).dtype == at::kBool ? at::kBool : at::kLong));
+    Value nonzero = b.compare(a, b.zeros(b.type(a)), hlo::Compare::kNe);
+    return b.binary("and", b.splat(nonzero, b.dims(other)), other);
+  }
   Value alpha = b.splat(ctx.scalar(2, et(type)), b.dims(other));
   return b.binary("multiply", alpha, other);
 }

@@ -52,6 +52,28 @@ void register_sum_mean_prod() {
     return std::vector<Value>{finish(b, convert(b, r, out), in, dims, ctx.bool_arg(2))};
   };
   register_lowering("aten::sum.dim_IntList", sum_dim, {"aten::sum.IntList_out"});
+  // nansum(self, dim, keepdim, dtype): sum with NaN counted as zero.
+  register_lowering("aten::nansum", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    auto in = b.dims(x);
+    auto dims = reduced_dims(ctx, 1, b.type(x).rank());
+    c10::ScalarType out = sum_type(ctx.dtype(0), ctx.optional_dtype(3));
+    Value v = convert(b, x, accumulate_type(out));
+    if (hlo::is_float(b.element_type(v))) {
+      v = b.select(b.compare(v, v, hlo::Compare::kNe), b.zeros(b.type(v)), v);
+    }
+    Value r = reduce(b, v, dims, ReduceKind::kSum);
+    return std::vector<Value>{finish(b, convert(b, r, out), in, dims, ctx.bool_arg(2))};
+  }, {"aten::nansum.out"});
+  // count_nonzero(self, dims) -> int64
+  register_lowering("aten::count_nonzero.dim_IntList", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    auto dims = reduced_dims(ctx, 1, b.type(x).rank());
+    Value nz = b.convert(b.compare(x, b.zeros(b.type(x)), hlo::Compare::kNe), ElementType::kS64);
+    return std::vector<Value>{reduce(b, nz, dims, ReduceKind::kSum)};
+  }, {"aten::count_nonzero.dim_IntList_out"});
   register_lowering("aten::sum", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     Value x = ctx.tensor(0);
@@ -117,6 +139,28 @@ void register_extrema() {
     };
   };
   register_lowering("aten::amax", amax_amin(ReduceKind::kMax), {"aten::amax.out"});
+  // aminmax(self, *, dim=None, keepdim=False) -> (min, max)
+  register_lowering("aten::aminmax", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    auto in = b.dims(x);
+    int64_t rank = b.type(x).rank();
+    std::vector<int64_t> dims;
+    if (ctx.is_none(1)) {
+      TORCH_CHECK(b.type(x).numel() > 0, "aminmax(): cannot compute aminmax over an empty dimension "
+                  "as the operation has no identity.");
+      for (int64_t i = 0; i < rank; ++i) dims.push_back(i);
+    } else if (rank > 0) {
+      dims = {wrap_dim(ctx.int_arg(1), rank)};
+      TORCH_CHECK(in[dims[0]] != 0, "aminmax(): Expected reduction dim ", dims[0],
+                  " to have non-zero size.");
+    } else {
+      wrap_dim(ctx.int_arg(1), 1);
+    }
+    bool keepdim = ctx.bool_arg(2);
+    return std::vector<Value>{finish(b, reduce(b, x, dims, ReduceKind::kMin), in, dims, keepdim),
+                              finish(b, reduce(b, x, dims, ReduceKind::kMax), in, dims, keepdim)};
+  }, {"aten::aminmax.out"});
   register_lowering("aten::amin", amax_amin(ReduceKind::kMin), {"aten::amin.out"});
 
   auto full = [](ReduceKind kind) {
@@ -233,27 +277,31 @@ void register_var_std() {
       return std::vector<Value>{finish(b, convert(b, v, type), in, dims, ctx.bool_arg(3))};
     }, {"aten::" + name + ".correction_out"}, /*static_scalars=*/{2});
   }
-  // var_mean(self, dim, correction, keepdim) -> (var, mean)
-  register_lowering("aten::var_mean.correction", [](LoweringContext& ctx) {
-    Builder& b = ctx.b;
-    c10::ScalarType type = float_type(ctx.dtype(0));
-    c10::ScalarType acc = accumulate_type(type);
-    Value x = convert(b, ctx.tensor(0), acc);
-    auto in = b.dims(x);
-    auto dims = reduced_dims(ctx, 1, b.type(x).rank());
-    double correction = ctx.is_none(2) ? 1.0 : ctx.ivalue(2).toScalar().toDouble();
-    int64_t n = 1;
-    for (int64_t d : dims) n *= in[d];
-    Value sum = reduce(b, x, dims, ReduceKind::kSum);
-    Value mean = b.binary("divide", sum, b.splat(b.constant(static_cast<double>(n), et(acc)), b.dims(sum)));
-    Value centered = b.binary("subtract", x, expand_reduced(b, mean, in, dims));
-    Value sq = reduce(b, b.binary("multiply", centered, centered), dims, ReduceKind::kSum);
-    double denom = std::max(0.0, static_cast<double>(n) - correction);
-    Value var = b.binary("divide", sq, b.splat(b.constant(denom, et(acc)), b.dims(sq)));
-    bool keepdim = ctx.bool_arg(3);
-    return std::vector<Value>{finish(b, convert(b, var, type), in, dims, keepdim),
-                              finish(b, convert(b, mean, type), in, dims, keepdim)};
-  }, {"aten::var_mean.correction_out"}, /*static_scalars=*/{2});
+  // var_mean / std_mean(self, dim, correction, keepdim) -> (var or std, mean)
+  for (bool is_std : {false, true}) {
+    std::string name = is_std ? "std_mean" : "var_mean";
+    register_lowering("aten::" + name + ".correction", [is_std](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      c10::ScalarType type = float_type(ctx.dtype(0));
+      c10::ScalarType acc = accumulate_type(type);
+      Value x = convert(b, ctx.tensor(0), acc);
+      auto in = b.dims(x);
+      auto dims = reduced_dims(ctx, 1, b.type(x).rank());
+      double correction = ctx.is_none(2) ? 1.0 : ctx.ivalue(2).toScalar().toDouble();
+      int64_t n = 1;
+      for (int64_t d : dims) n *= in[d];
+      Value sum = reduce(b, x, dims, ReduceKind::kSum);
+      Value mean = b.binary("divide", sum, b.splat(b.constant(static_cast<double>(n), et(acc)), b.dims(sum)));
+      Value centered = b.binary("subtract", x, expand_reduced(b, mean, in, dims));
+      Value sq = reduce(b, b.binary("multiply", centered, centered), dims, ReduceKind::kSum);
+      double denom = std::max(0.0, static_cast<double>(n) - correction);
+      Value var = b.binary("divide", sq, b.splat(b.constant(denom, et(acc)), b.dims(sq)));
+      if (is_std) var = b.unary("sqrt", var);
+      bool keepdim = ctx.bool_arg(3);
+      return std::vector<Value>{finish(b, convert(b, var, type), in, dims, keepdim),
+                                finish(b, convert(b, mean, type), in, dims, keepdim)};
+    }, {"aten::" + name + ".correction_out"}, /*static_scalars=*/{2});
+  }
 }
 
 void register_logical_and_norms() {
