@@ -14,7 +14,7 @@ CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>
 # removing one needs a reinstall (editing one does not, but costs only seconds).
 PYSRC := $(shell find python -name '*.py' 2>/dev/null)
 
-.PHONY: all demo test test-cpp test-python build cpp asan hf-suite bench-runtime bench-eager bench-compile bench-moe bench-distributed bench bench-quick torchtitan clean
+.PHONY: all demo test test-cpp test-python build cpp asan hf-suite opinfo bench-runtime bench-eager bench-compile bench-moe bench-distributed bench bench-quick torchtitan clean
 
 all: build
 
@@ -72,11 +72,20 @@ demo: build
 	$(PY) -m torch_pjrt.demo
 
 # --- extras ----------------------------------------------------------------
-# The runtime tests under AddressSanitizer and UBSan.
-asan: | $(STAMPS)/apt $(STAMPS)/pip
+# The runtime tests under AddressSanitizer and UBSan, then the extension
+# built with both and a short Python run (eager, views, errors, training,
+# compile; tools/asan/python_smoke.py). Python is not instrumented: the
+# sanitizer runtime is preloaded, and leaks are not checked there (CPython
+# and torch keep allocations until exit by design).
+asan: build | $(STAMPS)/apt $(STAMPS)/pip
 	cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTORCH_PJRT_SANITIZE=ON -DPython3_EXECUTABLE=$(abspath $(PY))
 	ninja -C build/asan -j2 pjrt_runtime_test
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 LSAN_OPTIONS=suppressions=$(abspath tools/lsan.supp) ctest --test-dir build/asan -j2 --output-on-failure
+	cmake -S . -B build/asan-py -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCH_PJRT_SANITIZE=ON -DTORCH_PJRT_BUILD_PYTHON=ON -DPython3_EXECUTABLE=$(abspath $(PY))
+	ninja -C build/asan-py -j2 _C
+	LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(g++ -print-file-name=libubsan.so)" \
+	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	$(PY) tools/asan/stage.py build/asan-py tools/asan/python_smoke.py
 
 # Hugging Face's own Transformers test files (../shared/transformers-tests, or
 # HF_TESTS=DIR) on the CPU and on tpu, test by test: the table goes to
@@ -87,6 +96,13 @@ $(STAMPS)/hf-suite-pip: requirements/hf-suite.txt requirements/constraints.txt |
 
 hf-suite: build $(STAMPS)/hf-suite-pip
 	$(PY) tools/hf_suite/run.py $(if $(HF_TESTS),--tests $(HF_TESTS)) $(HF_SUITE_ARGS)
+
+# The OpInfo census: every op of PyTorch's op_db on tpu against the CPU,
+# sample by sample, forward and backward (tools/opinfo/run.py). Writes
+# benchmarks/results/opinfo-census.json, docs/op-coverage.md and the known
+# gaps tests/test_opinfo_census.py accepts. OPINFO_ARGS="--ops add,sort --jobs 2".
+opinfo: build
+	$(PY) tools/opinfo/run.py $(OPINFO_ARGS)
 
 bench-runtime: cpp
 	$(PY) benchmarks/runtime.py --binary build/cpp/benchmarks/cpp/runtime_bench
