@@ -63,6 +63,27 @@ def test_inference_is_one_program_matching_cpu():
     assert m["compile_graphs"] == 1 and m["compile_graph_compiles"] == 1
     assert m["compile_graph_calls"] == 2 and m["compile_graph_eager_nodes"] == 0
     assert len(graph["compiles"]) == 1 and graph["calls"] == 2
+
+
+def test_group_norm_and_its_getitems_stay_in_one_program():
+    """native_group_norm returns (out, mean, rstd); the graph takes [0]. The
+    op and its getitem lower into the program around them, so a
+    conv/GroupNorm/SiLU stack (a diffusion UNet's resnet block) is one
+    program; bf16 keeps mean and rstd in the input's dtype, as on the CPU."""
+    for dtype, tol in ((torch.float32, dict(rtol=1e-5, atol=1e-5)), (torch.bfloat16, dict(rtol=2e-2, atol=2e-2))):
+        torch._dynamo.reset()
+        torch_pjrt.reset_compile_report()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.GroupNorm(4, 16),
+                                    torch.nn.SiLU(), torch.nn.Conv2d(16, 8, 3, padding=1),
+                                    torch.nn.GroupNorm(2, 8, affine=False)).to(dtype)
+        x = torch.randn(2, 8, 6, 6).to(dtype)
+        with torch.no_grad():
+            expected = model(x)
+            got = torch.compile(model.to(NAME), backend="tpu")(x.to(NAME))
+        torch.testing.assert_close(got.cpu(), expected, **tol)
+        (graph,) = torch_pjrt.compile_report()
+        assert graph["eager_ops"] == {} and graph["regions"] == 1, graph
     assert torch_pjrt.metrics()["fallback_ops"] == {}
 
 

@@ -147,6 +147,32 @@ LoweringRegistrar batch_norm_registrar([] {
 });
 
 LoweringRegistrar group_norm_registrar([] {
+  // native_group_norm(input, weight, bias, N, C, HxW, group, eps) -> (out, mean, rstd),
+  // mean and rstd of shape [N, group] in the input's dtype, as on the CPU.
+  // Without it, compiled graphs (diffusers' UNets) split at every GroupNorm.
+  register_lowering("aten::native_group_norm", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = ctx.dtype(0);
+    ElementType acc = et(opmath_type(type));
+    int64_t n = ctx.int_arg(3), c = ctx.int_arg(4), hw = ctx.int_arg(5), groups = ctx.int_arg(6);
+    auto in_dims = b.dims(ctx.tensor(0));
+    TORCH_CHECK(groups > 0 && c % groups == 0, "native_group_norm: expected number of channels in input (", c,
+                ") to be divisible by num_groups (", groups, "), input of size ", c10::IntArrayRef(in_dims));
+    std::vector<int64_t> grouped = {n, groups, c / groups, hw};
+    Value x = b.reshape(b.convert(ctx.tensor(0), acc), grouped);
+    double count = static_cast<double>((c / groups) * hw);
+    Value inv = b.splat(b.constant(1.0 / count, acc), {n, groups});
+    Value mean = b.binary("multiply", reduce(b, x, {2, 3}, ReduceKind::kSum), inv);
+    Value centered = b.binary("subtract", x, b.broadcast_in_dim(mean, grouped, {0, 1}));
+    Value var = b.binary("multiply", reduce(b, b.binary("multiply", centered, centered), {2, 3}, ReduceKind::kSum), inv);
+    Value rstd = b.unary("rsqrt", b.binary("add", var, b.splat(ctx.scalar(7, acc), {n, groups})));
+    Value y = b.reshape(b.binary("multiply", centered, b.broadcast_in_dim(rstd, grouped, {0, 1})), {n, c, hw});
+    if (!ctx.is_none(1)) y = b.binary("multiply", y, b.broadcast_in_dim(b.convert(ctx.tensor(1), acc), {n, c, hw}, {1}));
+    if (!ctx.is_none(2)) y = b.binary("add", y, b.broadcast_in_dim(b.convert(ctx.tensor(2), acc), {n, c, hw}, {1}));
+    return std::vector<Value>{b.convert(b.reshape(y, in_dims), et(type)), b.convert(mean, et(type)),
+                              b.convert(rstd, et(type))};
+  });
+
   // native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)
   register_lowering("aten::native_group_norm_backward", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
