@@ -14,7 +14,7 @@ CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>
 # removing one needs a reinstall (editing one does not, but costs only seconds).
 PYSRC := $(shell find python -name '*.py' 2>/dev/null)
 
-.PHONY: all demo test test-cpp test-python build cpp asan hf-suite opinfo bench-runtime bench-eager bench-compile bench-moe bench-distributed bench bench-quick torchtitan clean
+.PHONY: all demo test test-cpp test-python build cpp asan hf-suite opinfo bench-runtime bench-eager bench-compile bench-moe bench-hf-ecosystem bench-distributed bench bench-quick torchtitan clean
 
 all: build
 
@@ -64,7 +64,7 @@ FUSED_TESTS = tests/test_device.py tests/test_eager.py tests/test_storage_views.
 	tests/test_training_errors.py tests/test_ops_training.py tests/test_transformers.py \
 	tests/test_moe_ops.py tests/test_kernel_library.py
 
-test-python: build $(STAMPS)/bench-pip $(STAMPS)/kernels-pip $(STAMPS)/hf-suite-pip
+test-python: build $(STAMPS)/bench-pip $(STAMPS)/kernels-pip $(STAMPS)/hf-suite-pip $(STAMPS)/hf-ecosystem-pip
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q --eager-mode=fused $(FUSED_TESTS)
 
@@ -94,6 +94,11 @@ $(STAMPS)/hf-suite-pip: requirements/hf-suite.txt requirements/constraints.txt |
 	$(PIP) install -q -r requirements/hf-suite.txt -c requirements/constraints.txt
 	@touch $@
 
+# Diffusers, PEFT, TRL and Transformers' serving extras, for tests/hf_ecosystem.
+$(STAMPS)/hf-ecosystem-pip: requirements/hf-ecosystem.txt requirements/constraints.txt | $(STAMPS)/pip
+	$(PIP) install -q -r requirements/hf-ecosystem.txt -c requirements/constraints.txt
+	@touch $@
+
 hf-suite: build $(STAMPS)/hf-suite-pip
 	$(PY) tools/hf_suite/run.py $(if $(HF_TESTS),--tests $(HF_TESTS)) $(HF_SUITE_ARGS)
 
@@ -117,6 +122,9 @@ bench-compile: build $(STAMPS)/bench-pip
 bench-moe: build $(STAMPS)/bench-pip
 	$(PY) benchmarks/moe.py
 
+bench-hf-ecosystem: build $(STAMPS)/bench-pip $(STAMPS)/hf-ecosystem-pip
+	$(PY) benchmarks/hf_ecosystem.py
+
 bench-distributed: build
 	$(PY) benchmarks/distributed.py
 
@@ -131,10 +139,10 @@ $(STAMPS)/kernels-pip: requirements/kernels.txt | $(STAMPS)/pip
 	$(PIP) install -q --no-deps --require-hashes -r requirements/kernels.txt
 	@touch $@
 
-bench: build $(STAMPS)/bench-pip
+bench: build $(STAMPS)/bench-pip $(STAMPS)/hf-ecosystem-pip
 	$(PY) -m torch_pjrt.bench --plot $(BENCH_ARGS)
 
-bench-quick: build $(STAMPS)/bench-pip
+bench-quick: build $(STAMPS)/bench-pip $(STAMPS)/hf-ecosystem-pip
 	$(PY) -m torch_pjrt.bench --quick --plot $(BENCH_ARGS)
 
 # torchtitan 0.3.0 trains its Llama debug model with FSDP2 on 2 processes,

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from .core import pin_threads, run_cell
-from .workloads import modes, workloads
+from .catalog import modes, workloads
 
 
 def main() -> int:

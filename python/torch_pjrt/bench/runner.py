@@ -139,7 +139,7 @@ def merge_rounds(rounds: list[dict]) -> dict:
 def run(workload_names: list[str], mode_names: list[str], *, quick: bool, repeats: int,
         title: str, timeout_s: float = 900, extra_env: Optional[dict[str, str]] = None,
         progress: bool = True, rounds: int = 1) -> dict[str, Any]:
-    from .workloads import modes as all_modes, workloads as all_workloads
+    from .catalog import modes as all_modes, workloads as all_workloads
 
     workloads = all_workloads(quick)
     mode_table = all_modes()
@@ -190,7 +190,7 @@ def run(workload_names: list[str], mode_names: list[str], *, quick: bool, repeat
 def main(argv: Optional[list[str]] = None, *, default_title: str = "torch-pjrt benchmark",
          default_stem: str = "", default_models: Optional[list[str]] = None,
          default_modes: Optional[list[str]] = None) -> int:
-    from .workloads import workloads as all_workloads
+    from .catalog import workloads as all_workloads
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
