@@ -91,6 +91,12 @@ from ._compile import grouped_mm_meta as _grouped_mm_meta  # noqa: E402
 
 _grouped_mm_meta.install()
 
+# Transformers' continuous batching (generate_batch, transformers serve
+# --continuous-batching) with a bounded set of programs on the device.
+from . import _serving  # noqa: E402
+
+_serving.install()
+
 __version__ = "0.1.0"
 
 __all__ = ["PjrtError", "Settings", "compile_report", "eager_mode", "explain", "flush_pending",

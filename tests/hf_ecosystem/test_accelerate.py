@@ -1,8 +1,9 @@
 """Hugging Face accelerate on the tpu device, without a configuration.
 
 Once torch_pjrt is imported, `Accelerator()` picks the tpu device: that
-import is the one line a script needs (accelerate does not know the device
-by itself, and a process that never imports torch_pjrt gets the CPU). Then
+import, or TORCH_PJRT_AUTOLOAD=1 in the environment (torch's backend
+autoload then imports torch_pjrt with torch), is the one line a script
+needs; a process with neither gets the CPU. Then
 `accelerate launch` runs a small training script (scripts/accelerate_train.py:
 the tiny Llama, AdamW, `prepare`, `autocast`, `backward`) on the tpu device:
 
@@ -50,6 +51,32 @@ def test_accelerator_picks_the_device():
         assert model.weight.device.type == DEV
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)
+
+
+_NO_IMPORT = """
+import sys
+import accelerate
+device = accelerate.Accelerator().device
+print(device.type, "torch_pjrt" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("autoload", ["1", "0", "maybe"])
+def test_autoload_setting_picks_the_device_without_an_import(autoload):
+    """A script that never imports torch_pjrt: with TORCH_PJRT_AUTOLOAD=1,
+    torch's backend autoload imports it and Accelerator() picks the device;
+    unset or 0, nothing of torch-pjrt loads; another value is an error that
+    names the setting."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_PJRT_AUTOLOAD"}
+    env["TORCH_PJRT_AUTOLOAD"] = autoload
+    proc = subprocess.run([sys.executable, "-c", _NO_IMPORT], env=env, capture_output=True,
+                          text=True, timeout=180)
+    if autoload == "maybe":
+        assert proc.returncode != 0 and "TORCH_PJRT_AUTOLOAD='maybe'" in proc.stderr, proc.stderr[-2000:]
+        return
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    expected = f"{DEV} True" if autoload == "1" else "cpu False"
+    assert proc.stdout.split("\n")[-2] == expected, proc.stdout
 
 
 def _launch(tmp_path, *runs: tuple[str, ...]) -> list[dict]:
