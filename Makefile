@@ -14,7 +14,7 @@ CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>
 # removing one needs a reinstall (editing one does not, but costs only seconds).
 PYSRC := $(shell find python -name '*.py' 2>/dev/null)
 
-.PHONY: all demo test test-cpp test-python build cpp asan hf-suite opinfo bench-runtime bench-eager bench-compile bench-moe bench-hf-ecosystem bench-distributed bench bench-quick torchtitan clean
+.PHONY: all demo test test-cpp test-python build cpp asan hf-suite opinfo bench-runtime bench-eager bench-compile bench-moe bench-hf-ecosystem bench-serving bench-distributed bench bench-quick torchtitan clean
 
 all: build
 
@@ -124,6 +124,9 @@ bench-moe: build $(STAMPS)/bench-pip
 
 bench-hf-ecosystem: build $(STAMPS)/bench-pip $(STAMPS)/hf-ecosystem-pip
 	$(PY) benchmarks/hf_ecosystem.py
+
+bench-serving: build $(STAMPS)/hf-ecosystem-pip
+	$(PY) benchmarks/hf_serving.py
 
 bench-distributed: build
 	$(PY) benchmarks/distributed.py
