@@ -99,3 +99,23 @@ def test_streams_and_events_order_work():
     with mod.stream(mod.Stream()):
         z = y + 1
     torch.testing.assert_close(z.cpu(), x.cpu() @ x.cpu() + 1, rtol=1e-4, atol=1e-4)
+
+
+def test_import_leaves_dynamo_and_inductor_unloaded(python_in_subprocess):
+    """`import torch_pjrt` registers the device without importing Dynamo
+    or inductor (about a second); the kernels API and torch.compile import
+    them when first used, and then still work."""
+    proc = python_in_subprocess("""
+        import sys
+        import torch, torch_pjrt
+        print(sorted(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules))
+        from torch_pjrt.kernels._custom_op import platform
+        print(platform(), "torch._dynamo" in sys.modules)
+        f = torch.compile(lambda x: x * 2 + 1, backend="tpu")
+        print(f(torch.ones(2, device="tpu")).cpu().tolist())
+    """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "[]"
+    assert lines[1].endswith(" True")  # the platform read ran with Dynamo disabled around it
+    assert lines[2] == "[3.0, 3.0]"

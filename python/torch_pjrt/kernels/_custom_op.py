@@ -50,7 +50,7 @@ def platform() -> str:
     return _platform
 
 
-@torch.compiler.disable
+@torch._disable_dynamo  # imports Dynamo at the first call, not at import (about 1 s)
 def _read_platform() -> str:
     from .. import runtime
     name = str(runtime.info().get("platform_name", "")).lower()
@@ -115,7 +115,7 @@ def registered(key: Any, make: Callable[[], Any]) -> Any:
     return op
 
 
-@torch.compiler.disable
+@torch._disable_dynamo  # imports Dynamo at the first call, not at import (about 1 s)
 def _make_eagerly(make: Callable[[], Any]) -> Any:
     return make()
 
