@@ -113,6 +113,10 @@ class Builder {
   // Cholesky factor of each (batched) square matrix; the other triangle of
   // the result is unspecified (mask it).
   Value cholesky(Value a, bool lower);
+  // stablehlo.fft over the trailing lengths.size() dims. kind: FFT, IFFT
+  // (normalized by 1/n, as XLA defines it), RFFT (real in, the last dim
+  // halved to n/2 + 1) or IRFFT (that half spectrum in, real out).
+  Value fft(Value x, const std::string& kind, const std::vector<int64_t>& lengths);
   // Solves op(a) x = b (left) or x op(a) = b for triangular `a`.
   Value triangular_solve(Value a, Value b, bool left_side, bool lower, bool unit_diagonal,
                          bool transpose_a);

@@ -202,4 +202,39 @@ std::vector<Value> Builder::rng_bit_generator(Value state, const TensorType& bit
                    {});
 }
 
+// --- fft -----------------------------------------------------------------------
+
+Value Builder::fft(Value x, const std::string& kind, const std::vector<int64_t>& lengths) {
+  const TensorType& in = type(x);
+  int64_t k = static_cast<int64_t>(lengths.size());
+  if (k < 1 || k > 3 || k > in.rank()) fail("fft", "needs 1 to 3 trailing dims, got " + describe(in));
+  for (int64_t n : lengths) {
+    if (n < 1) fail("fft", "lengths must be positive");
+  }
+  TensorType out = in;
+  bool real_in = kind == "RFFT";
+  if (real_in ? !(in.type == ElementType::kF32 || in.type == ElementType::kF64) : !is_complex(in.type)) {
+    fail("fft", kind + " does not take " + describe(in));
+  }
+  int64_t last = in.rank() - 1;
+  for (int64_t i = 0; i < k; ++i) {
+    int64_t want = lengths[i];
+    if (kind == "IRFFT" && i == k - 1) want = lengths[i] / 2 + 1;
+    if (in.dims[in.rank() - k + i] != want) {
+      fail("fft", kind + " lengths do not fit " + describe(in));
+    }
+  }
+  if (kind == "RFFT") {
+    out.type = in.type == ElementType::kF32 ? ElementType::kC64 : ElementType::kC128;
+    out.dims[last] = lengths.back() / 2 + 1;
+  } else if (kind == "IRFFT") {
+    out.type = complex_part(in.type);
+    out.dims[last] = lengths.back();
+  } else if (kind != "FFT" && kind != "IFFT") {
+    fail("fft", "unknown kind " + kind);
+  }
+  return add_node("stablehlo.fft", {x},
+                  "fft_type = #stablehlo<fft_type " + kind + ">, fft_length = " + i64_array(lengths), {out});
+}
+
 }  // namespace torch_pjrt::hlo
