@@ -20,6 +20,9 @@ TOLERANCES = {
     torch.bfloat16: (1.6e-2, 1e-2),
     torch.float16: (1e-3, 1e-3),
     torch.float64: (1e-7, 1e-7),
+    # Complex results compare like their real parts' dtype.
+    torch.complex64: (2e-5, 2e-5),
+    torch.complex128: (1e-7, 1e-7),
 }
 
 

@@ -29,6 +29,7 @@ CASES = {
     "irfftn": (lambda t: fft.irfftn(t, dim=(2, 0, 1)), "c"),
     "hfft": (lambda t: fft.hfft(t), "c"),
     "ihfft": (lambda t: fft.ihfft(t), "r"),
+    "ihfft2": (lambda t: fft.ihfft2(t), "r"),  # conjugates through _conj_physical
     "fftn_4d": (lambda t: fft.fftn(t.reshape(2, 2, 6, 10)), "c"),
     "rfftn_4d": (lambda t: fft.rfftn(t.reshape(2, 2, 6, 10)), "r"),
 }
@@ -73,3 +74,21 @@ def test_bad_dims_raise_like_cpu():
         fft.fftn(x, dim=(0, 0))
     with pytest.raises(RuntimeError):
         fft.fftn(x.to(DEV), dim=(0, 0))
+
+
+def test_conj_physical_matches_cpu_with_gradient():
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(3, 4, generator=g, dtype=torch.complex64)
+    torch_pjrt.reset_metrics()
+    assert torch.equal(torch.conj_physical(z.to(DEV)).cpu(), torch.conj_physical(z))
+    assert torch.equal(z.to(DEV).conj().resolve_conj().cpu(), z.conj().resolve_conj())
+    r = torch.randn(5, generator=g)
+    assert torch.equal(torch.conj_physical(r.to(DEV)).cpu(), r)
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+    def grad(x):
+        x = x.clone().requires_grad_(True)
+        torch.view_as_real(torch.conj_physical(x) * 2).pow(2).sum().backward()
+        return x.grad
+
+    torch.testing.assert_close(grad(z.to(DEV)).cpu(), grad(z), rtol=1e-5, atol=1e-5)

@@ -87,6 +87,19 @@ void register_unary() {
                ? x
                : b.unary("abs", x);
   });
+  // The conjugate, materialized: x.conj() only sets a lazy bit that
+  // resolve_conj() and the FFT's Hermitian transforms turn into this op.
+  // conj_physical itself is a composite over _conj_physical; a kernel for it
+  // on tpu would hide the composite from autograd.
+  register_lowering(
+      "aten::_conj_physical",
+      [](LoweringContext& ctx) {
+        Builder& b = ctx.b;
+        Value x = ctx.tensor(0);
+        if (!hlo::is_complex(b.element_type(x))) return std::vector<Value>{x};
+        return std::vector<Value>{b.complex(b.real(x), b.unary("negate", b.imag(x)))};
+      },
+      {"aten::conj_physical_", "aten::conj_physical.out"});
   auto sign = [](Builder& b, Value x) {
     ElementType t = b.element_type(x);
     if (t == ElementType::kPred) return x;
