@@ -1,0 +1,30 @@
+"""Training through torch.take, which has no tpu lowering and runs on the
+CPU: the census must name it, with the time it costs."""
+
+import torch
+
+from torch_pjrt.readiness import Size, Workload
+
+
+def build(target):
+    model = torch.nn.Linear(16, 16).to(target.device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, index):
+        opt.zero_grad()
+        loss = torch.take(model(x), index).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
+def data(size):
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(size.batch, 16, generator=g),
+             torch.randint(0, size.batch * 16, (size.length,), generator=g)) for _ in range(4)]
+
+
+def workload():
+    return Workload(name="take-fallback", kind="train", build=build, data=data,
+                    sizes=[Size(4, 8)], target=10.0)
