@@ -14,7 +14,7 @@ CSRC := $(shell find csrc -name '*.cc' -o -name '*.h' -o -name CMakeLists.txt 2>
 # removing one needs a reinstall (editing one does not, but costs only seconds).
 PYSRC := $(shell find python -name '*.py' 2>/dev/null)
 
-.PHONY: all demo test test-cpp test-python build cpp asan hf-suite opinfo bench-runtime bench-eager bench-compile bench-moe bench-hf-ecosystem bench-serving bench-distributed bench bench-quick torchtitan clean
+.PHONY: all demo test test-cpp test-python build cpp asan hf-suite opinfo bench-runtime bench-eager bench-compile bench-moe bench-hf-ecosystem bench-serving bench-distributed readiness-examples bench bench-quick torchtitan clean
 
 all: build
 
@@ -72,6 +72,16 @@ demo: build
 	$(PY) -m torch_pjrt.demo
 
 # --- extras ----------------------------------------------------------------
+# The example readiness reports under docs/ (docs/readiness.md), made by the
+# command as shipped; the prices are illustrative, not quotes.
+READINESS_PRICES := --price tpu=1.20 --price cpu=0.10
+readiness-examples: build
+	for ex in tiny-llama-train minilm-embed; do \
+	  $(PY) -m torch_pjrt.readiness --example $$ex --budget 10m $(READINESS_PRICES) \
+	    --out docs/readiness-examples/$$ex || exit $$?; \
+	  rm -rf docs/readiness-examples/$$ex/parts; \
+	done
+
 # The runtime tests under AddressSanitizer and UBSan, then the extension
 # built with both and a short Python run (eager, views, errors, training,
 # compile; tools/asan/python_smoke.py). Python is not instrumented: the
