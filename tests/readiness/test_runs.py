@@ -121,6 +121,27 @@ def test_cpu_fallback_is_named_with_its_time(tmp_path):
     assert ops["aten::take"]["fallback_s"] > 0
     assert report["census"]["totals"]["fallback"] >= 1 and report["census"]["totals"]["fallback_s"] > 0
     assert any(a["item"].startswith("aten::take") for a in report["adaptation"])
+    syncs = {(s["site"], s["op"]): s["count"] for s in report["census"]["syncs"]}
+    assert syncs.get(("fallback.py:17", "aten::_local_scalar_dense")) == 1, syncs
+    assert any(a["kind"] == "sync" and a["item"].startswith("fallback.py:17") for a in report["adaptation"])
+
+
+def test_op_that_raises_on_the_device_is_unsupported(tmp_path):
+    env = dict(os.environ, TORCH_PJRT_FALLBACK="error")  # the fallback refused: take raises on tpu
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "torch_pjrt.readiness", str(WORKLOADS / "fallback.py"),
+                           "--modes", "strict", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    check_files(out, report)
+    tpu = part(report, "tpu strict")
+    assert tpu["status"] == "error" and "take" in tpu["detail"]
+    assert tpu["correctness"]["status"] == "error"
+    ops = {o["op"]: o for o in report["census"]["ops"]}
+    assert ops["aten::take"]["status"] == "unsupported"
+    assert report["census"]["totals"]["unsupported"] == 1
+    assert any(a["item"] == "aten::take" and a["effort"] == "large" for a in report["adaptation"])
 
 
 def test_budget_expiry_writes_a_partial_report(tmp_path):

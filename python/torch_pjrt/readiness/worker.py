@@ -109,7 +109,17 @@ class Part:
             target.synchronize()
             self.record["build_s"] = time.perf_counter() - start
             self.step = step
-            self.quality(sizes[0])
+            try:
+                self.quality(sizes[0])
+            except Stopped:
+                raise
+            except Exception:
+                if spec.get("census"):  # the census names the op that fails
+                    try:
+                        self.census(sizes[0])
+                    except Exception:
+                        pass
+                raise
             self.record["peak_device_mib"] = device_peak_mib(device)
             self.record["peak_host_mib"] = host.peak
             self.save()
@@ -196,13 +206,18 @@ class Part:
             before = counters()
             census = OpCensus(self.target.device, user_files)
             start = time.perf_counter()
+            failure = None
             with census:
-                result = protocol.call_step(self.step, batch)
+                try:
+                    result = protocol.call_step(self.step, batch)
+                except Exception as error:  # recorded as unsupported by the census
+                    result, failure = None, _error_text(error)
             self.target.synchronize()
             seconds = time.perf_counter() - start
             protocol.to_host(result)  # the tool's own read-back: not the workload's sync
             syncs = counters()["host_syncs"] - before["host_syncs"] - _readback_syncs(result)
         self.record["census"] = census.to_json(self.spec["name"], seconds, syncs)
+        self.record["census"]["failure"] = failure
 
     def timing(self, size) -> None:
         from . import protocol
