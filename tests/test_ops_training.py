@@ -22,7 +22,9 @@ CASES = [
     OpCase("index_select"), OpCase("gather"), OpCase("scatter"), OpCase("scatter_add"),
     OpCase("scatter_reduce", "sum"), OpCase("scatter_reduce", "prod"),
     OpCase("scatter_reduce", "mean"), OpCase("scatter_reduce", "amax"),
-    OpCase("scatter_reduce", "amin"), OpCase("index_add"), OpCase("take_along_dim"),
+    OpCase("scatter_reduce", "amin"), OpCase("index_reduce", "prod"), OpCase("index_reduce", "mean"),
+    OpCase("index_reduce", "amax"), OpCase("index_reduce", "amin"), OpCase("index_add"),
+    OpCase("take_along_dim"),
     OpCase("nn.functional.embedding"), OpCase("index_put"), OpCase("addcmul"),
     OpCase("addcdiv"), OpCase("lerp"),
 ]
@@ -124,3 +126,27 @@ def test_forward_float_bf16_and_backward_match_cpu(case: OpCase):
     if ran == 0:
         pytest.skip(f"{case_id(case)} has no samples")
     assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_index_and_scatter_reduce_integer_mean_rounds_down():
+    dev = torch_pjrt.settings().device_name
+    self = torch.tensor([[-7, 4], [5, -3], [0, 0]])
+    source = torch.tensor([[2, -8], [-4, 1], [3, 3]])
+    index = torch.tensor([0, 0, 2])
+    for include_self in (True, False):
+        expected = self.index_reduce(0, index, source, "mean", include_self=include_self)
+        got = self.to(dev).index_reduce(0, index.to(dev), source.to(dev), "mean", include_self=include_self)
+        assert torch.equal(got.cpu(), expected)
+        spread = index.view(-1, 1).expand_as(source)
+        expected = self.scatter_reduce(0, spread, source, "mean", include_self=include_self)
+        got = self.to(dev).scatter_reduce(0, spread.to(dev), source.to(dev), "mean", include_self=include_self)
+        assert torch.equal(got.cpu(), expected)
+
+
+def test_index_reduce_bad_reduce_raises_like_cpu():
+    dev = torch_pjrt.settings().device_name
+    x, index, source = torch.zeros(3, 2), torch.tensor([0, 1]), torch.ones(2, 2)
+    with pytest.raises(RuntimeError, match="reduce"):
+        x.index_reduce(0, index, source, "sum")
+    with pytest.raises(RuntimeError, match="reduce"):
+        x.to(dev).index_reduce(0, index.to(dev), source.to(dev), "sum")

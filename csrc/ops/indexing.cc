@@ -98,6 +98,42 @@ Value scatter_along(LoweringContext& ctx, Value self, int64_t dim, Value index, 
   });
 }
 
+// self with src (index-shaped) reduced into it along dim: "sum", "prod",
+// "mean", "amax" or "amin"; without include_self the receiving positions
+// start from the reduction's identity. Integer means round down, as torch's.
+Value scatter_reduce_values(LoweringContext& ctx, Value self, int64_t dim, Value index, Value src,
+                            const std::string& reduce_name, bool include_self) {
+  Builder& b = ctx.b;
+  ElementType t = b.element_type(self);
+  auto idims = b.dims(index);
+  std::string combine = reduce_name == "sum" || reduce_name == "mean" ? "add"
+                        : reduce_name == "prod"                       ? "multiply"
+                        : reduce_name == "amax"                       ? "maximum"
+                                                                      : "minimum";
+  Value base = self;
+  if (!include_self) {
+    ReduceKind kind = combine == "add" ? ReduceKind::kSum : combine == "multiply" ? ReduceKind::kProd
+                      : combine == "maximum" ? ReduceKind::kMax : ReduceKind::kMin;
+    Value identity = b.splat(reduce_init(b, t, kind), idims);
+    base = scatter_along(ctx, self, dim, index, identity, "replace");
+  }
+  Value r = scatter_along(ctx, base, dim, index, src, combine);
+  if (reduce_name == "mean") {
+    Value ones = b.splat(b.constant(1, t), idims);
+    Value counts = scatter_along(ctx, b.splat(b.constant(include_self ? 1 : 0, t), b.dims(self)),
+                                 dim, index, ones, "add");
+    Value safe = b.binary("maximum", counts, b.splat(b.constant(1, t), b.dims(self)));
+    Value q = b.binary("divide", r, safe);
+    if (hlo::is_signed_int(t)) {  // truncation -> floor (counts > 0)
+      Value rem = b.binary("remainder", r, safe);
+      Value negative = b.compare(rem, b.zeros(b.type(rem)), hlo::Compare::kLt);
+      q = b.select(negative, b.binary("subtract", q, b.splat(b.constant(1, t), b.dims(q))), q);
+    }
+    r = q;
+  }
+  return r;
+}
+
 // Writes slice i of `source` along `dim` into row index[i] of `self`,
 // adding to or replacing what is there (index_add, index_copy).
 Value scatter_rows(LoweringContext& ctx, Value self, int64_t dim, Value index, Value source,
@@ -269,39 +305,48 @@ LoweringRegistrar registrar([] {
     Builder& b = ctx.b;
     check_index_dtype(ctx, 2, "scatter_reduce");
     Value self = ctx.tensor(0);
-    ElementType t = b.element_type(self);
+    int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, b.type(self).rank()));
+    Value index = ctx.tensor(2);
+    Value src = crop_to(b, b.convert(ctx.tensor(3), b.element_type(self)), b.dims(index));
+    const std::string& reduce_name = ctx.ivalue(4).toStringRef();
+    TORCH_CHECK(reduce_name == "sum" || reduce_name == "prod" || reduce_name == "mean" ||
+                    reduce_name == "amax" || reduce_name == "amin",
+                "reduce argument must be either sum, prod, mean, amax or amin, got ", reduce_name);
+    return std::vector<Value>{scatter_reduce_values(ctx, self, dim, index, src, reduce_name,
+                                                    ctx.bool_arg(5))};
+  }, {"aten::scatter_reduce_.two", "aten::scatter_reduce.two_out"});
+
+  // index_reduce(self, dim, index, source, reduce, include_self): source's
+  // slice i along dim reduces into self's slice index[i]; a scatter_reduce
+  // with the 1-D index spread over source's shape.
+  register_lowering("aten::index_reduce", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    check_index_dtype(ctx, 2, "index_reduce");
+    Value self = ctx.tensor(0);
     int64_t rank = b.type(self).rank();
     int64_t dim = wrap_dim(ctx.int_arg(1), std::max<int64_t>(1, rank));
-    Value index = ctx.tensor(2);
-    auto idims = b.dims(index);
-    Value src = crop_to(b, b.convert(ctx.tensor(3), t), idims);
     const std::string& reduce_name = ctx.ivalue(4).toStringRef();
-    bool include_self = ctx.bool_arg(5);
-    std::string combine = reduce_name == "sum" || reduce_name == "mean" ? "add"
-                          : reduce_name == "prod"                       ? "multiply"
-                          : reduce_name == "amax"                       ? "maximum"
-                          : reduce_name == "amin"                       ? "minimum"
-                                                                        : "";
-    TORCH_CHECK(!combine.empty(), "reduce argument must be either sum, prod, mean, amax or amin, "
-                "got ", reduce_name);
-    Value base = self;
-    if (!include_self) {
-      // Positions that receive updates start from the reduction's identity.
-      ReduceKind kind = combine == "add" ? ReduceKind::kSum : combine == "multiply" ? ReduceKind::kProd
-                        : combine == "maximum" ? ReduceKind::kMax : ReduceKind::kMin;
-      Value identity = b.splat(reduce_init(b, t, kind), idims);
-      base = scatter_along(ctx, self, dim, index, identity, "replace");
+    TORCH_CHECK(reduce_name == "prod" || reduce_name == "mean" || reduce_name == "amax" ||
+                    reduce_name == "amin",
+                "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ",
+                reduce_name, ".");
+    Value index = ctx.tensor(2);
+    TORCH_CHECK(b.type(index).rank() <= 1, "index_reduce_(): Index is supposed to be a vector");
+    Value source = b.convert(ctx.tensor(3), b.element_type(self));
+    auto sdims = b.dims(source);
+    int64_t n = b.type(index).numel();
+    TORCH_CHECK(rank == 0 ? n == 1 : (static_cast<int64_t>(sdims.size()) == rank && sdims[dim] == n),
+                "index_reduce_(): Index should have dimension 1 or 0 (got ", b.type(index).rank(),
+                ") and match the source's size along dimension ", dim);
+    if (rank == 0) {
+      return std::vector<Value>{scatter_reduce_values(ctx, self, 0, b.reshape(index, {}),
+                                                      b.reshape(source, {}), reduce_name,
+                                                      ctx.bool_arg(5))};
     }
-    Value r = scatter_along(ctx, base, dim, index, src, combine);
-    if (reduce_name == "mean") {
-      Value ones = b.splat(b.constant(1, t), idims);
-      Value counts = scatter_along(ctx, b.splat(b.constant(include_self ? 1 : 0, t), b.dims(self)),
-                                   dim, index, ones, "add");
-      Value safe = b.binary("maximum", counts, b.splat(b.constant(1, t), b.dims(self)));
-      r = b.binary("divide", r, safe);
-    }
-    return std::vector<Value>{r};
-  }, {"aten::scatter_reduce_.two", "aten::scatter_reduce.two_out"});
+    Value spread = b.broadcast_in_dim(b.reshape(index, {n}), sdims, {dim});
+    return std::vector<Value>{scatter_reduce_values(ctx, self, dim, spread, source, reduce_name,
+                                                    ctx.bool_arg(5))};
+  }, {"aten::index_reduce_", "aten::index_reduce.out"});
 
   register_lowering("aten::index_add", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
