@@ -72,6 +72,8 @@ void check_devices(const c10::OperatorHandle& op, const std::string& name,
               tpu ? tpu->str() : "", "! (when checking arguments for ", name, ")");
 }
 
+}  // namespace
+
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::string name = name_of(op);
   check_devices(op, name, *stack);
@@ -93,8 +95,6 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }
-
-}  // namespace
 
 std::vector<std::pair<std::string, int64_t>> fallback_counts() {
   std::lock_guard<std::mutex> lock(mutex);

@@ -1,6 +1,7 @@
 // torch_pjrt._C: the Python face of the runtime. The one file that includes
 // <torch/extension.h> (for pybind11 and tensor conversion).
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -322,6 +323,20 @@ PYBIND11_MODULE(_C, m) {
     c.peak = c.allocated.load();
   });
   m.def("_lowered_ops", &ops::lowered_ops);
+  // An op run through the CPU fallback on request (a decomposition that
+  // would only call the op again, python/torch_pjrt/decompositions).
+  m.def("_cpu_fallback", [](const std::string& name, const std::string& overload, py::args args,
+                            const py::kwargs& kwargs) {
+    c10::OperatorHandle op =
+        c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+    torch::jit::Stack stack =
+        torch::jit::createStackForSchema(op.schema(), args, kwargs, std::nullopt);
+    {
+      py::gil_scoped_release release;
+      cpu_fallback(op, &stack);
+    }
+    return torch::jit::createPyObjectForStack(std::move(stack));
+  });
   m.def("_graph_lowered_ops", &ops::graph_lowered_ops);
   bind_graphs(m);
   kernels::bind_kernel_ops(m);

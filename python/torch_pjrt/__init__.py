@@ -81,6 +81,11 @@ from .kernels.moe_experts import register_transformers_experts  # noqa: E402
 
 when_imported("transformers.integrations.moe", register_transformers_experts)
 
+# Ops with no lowering that torch can decompose run on tpu that way.
+from . import decompositions as _decompositions  # noqa: E402
+
+_decompositions.install()
+
 # scaled_dot_product_attention picks the flash kernel where it is faster.
 from .kernels import sdpa as _sdpa  # noqa: E402
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _C
+from . import _C, decompositions
 
 
 def metrics() -> dict[str, Any]:
@@ -15,6 +15,8 @@ def metrics() -> dict[str, Any]:
         "cache_hits_disk": counters.get("cache_hits_disk", 0),
         "executions": counters.get("executions", 0),
         "fallback_ops": dict(counters.get("fallback_ops", {})),
+        # Ops with no lowering run on tpu through torch's decompositions.
+        "decomposed_ops": decompositions.decomposed_counts(),
         "host_to_device_bytes": counters.get("host_to_device_bytes", 0),
         "device_to_host_bytes": counters.get("device_to_host_bytes", 0),
         "device_to_device_bytes": counters.get("device_to_device_bytes", 0),
@@ -50,5 +52,6 @@ def reset_metrics() -> None:
     from ._compile.records import reset_compile_counters
 
     _C._reset_counters()
+    decompositions.reset_counts()
     _C._distributed.reset_counters()
     reset_compile_counters()

@@ -1,0 +1,74 @@
+"""Which aten ops run on tpu through one of torch's own decompositions.
+
+An op qualifies when nothing else would run it on the device: it has no
+lowering in the table (csrc/ops), no composite kernel that torch would use
+for every backend, and a CPU kernel, so that without this it would go to
+the CPU fallback. torch's decomposition table then gives a function of
+other aten ops, most of which have lowerings; the decomposition runs on the
+tpu tensors themselves.
+
+Some decompositions are left out, each for a reason kept next to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+
+_COMPOSITE_KEYS = (
+    "CompositeImplicitAutograd",
+    "CompositeExplicitAutograd",
+    "CompositeExplicitAutogradNonFunctional",
+)
+
+# Op name -> why torch's decomposition is not used for it on tpu.
+EXCLUDED: dict[str, str] = {
+    # Named for the CPU's own flash kernel; torch never calls it for tpu.
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "a CPU-only kernel's entry point",
+    # torch's decompositions of these return the saved mean and inverse
+    # standard deviation in float32 for bfloat16 input, and with the batch
+    # statistics' shape when no running statistics are kept; the CPU kernel
+    # returns bfloat16 and empty tensors there.
+    "aten::_native_batch_norm_legit": "different saved statistics than the CPU kernel's",
+    "aten::_native_batch_norm_legit.no_stats": "different saved statistics than the CPU kernel's",
+    "aten::_batch_norm_with_update": "different saved statistics than the CPU kernel's",
+}
+# torch's references for these end in a primitive whose eager kernel is the
+# op itself, so on tpu the decomposition would only come back to the op (the
+# kernel in __init__.py sends such a call to the CPU if one is missed here).
+_LOOPS_BACK = (
+    "erfc.out", "exp2.out", "frexp.Tensor_out", "gcd.out", "i0.out", "igamma.out",
+    "igammac.out", "nextafter.out", "signbit.out", "special_bessel_j0.out",
+    "special_bessel_j1.out", "special_erfcx.out", "special_i0e.out", "special_i1.out",
+    "special_i1e.out", "special_ndtri.out", "special_spherical_bessel_j0.out",
+    "special_zeta.out",
+)
+EXCLUDED.update({f"aten::{name}": "its decomposition calls the op itself" for name in _LOOPS_BACK})
+
+
+def _routes_to_fallback(name: str, lowered: set[str]) -> bool:
+    if name in lowered:
+        return False
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    if has(name, "PrivateUse1"):
+        return False
+    if any(has(name, key) for key in _COMPOSITE_KEYS):
+        return False
+    return has(name, "CPU")
+
+
+def decomposable_ops(
+    lowered: set[str],
+) -> Iterator[tuple[str, torch._ops.OpOverload, Callable]]:
+    """(name, overload, decomposition) for each aten op that would otherwise
+    fall back to the CPU and has a decomposition in torch's table."""
+    from torch._decomp import decomposition_table
+
+    for op, decomposition in decomposition_table.items():
+        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+            continue
+        name = op.name()
+        if name in EXCLUDED or not _routes_to_fallback(name, lowered):
+            continue
+        yield name, op, decomposition
