@@ -151,6 +151,12 @@ class Builder {
   std::vector<Value> sort(const std::vector<Value>& inputs, int64_t dim, bool stable,
                           const RegionFn& comparator);
 
+  // stablehlo.while: `cond` maps the loop-carried values to a 0-d i1 (go
+  // on?), `body` to their next values, of the same types; returns the
+  // values once `cond` says stop. Both regions see only the carried values.
+  std::vector<Value> while_loop(const std::vector<Value>& inits, const RegionFn& cond,
+                                const RegionFn& body);
+
   // Reduces windows of `inputs` (same dims) with `body` ((accumulators...,
   // elements...) -> accumulators). `padding` pads with the init values.
   struct WindowAttrs {

@@ -132,6 +132,28 @@ std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dim, 
                    results, std::move(regions));
 }
 
+std::vector<Value> Builder::while_loop(const std::vector<Value>& inits, const RegionFn& cond,
+                                      const RegionFn& body) {
+  if (inits.empty()) fail("while", "needs a loop-carried value");
+  std::vector<TensorType> types;
+  for (Value v : inits) types.push_back(type(v));
+  std::vector<std::unique_ptr<Builder>> regions;
+  regions.push_back(region(types, cond));
+  regions.push_back(region(types, body));
+  std::vector<TensorType> go = regions[0]->output_types();
+  if (go.size() != 1 || go[0].type != ElementType::kPred || !go[0].dims.empty()) {
+    fail("while", "the condition must give one 0-d i1");
+  }
+  std::vector<TensorType> next = regions[1]->output_types();
+  if (next.size() != types.size()) fail("while", "the body must give every carried value");
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (next[i].type != types[i].type || next[i].dims != types[i].dims) {
+      fail("while", "the body changes the type of carried value " + std::to_string(i));
+    }
+  }
+  return add_multi("while", inits, "", types, std::move(regions));
+}
+
 std::vector<Value> Builder::reduce_window(const std::vector<Value>& inputs,
                                           const std::vector<Value>& inits, const WindowAttrs& w,
                                           const RegionFn& body) {

@@ -205,6 +205,43 @@ TEST_F(HloBuilder, ExternalFunctionPrintedOnceAndCalled) {
   EXPECT_THROW(wrong.call(fn, {z}), BuildError);
 }
 
+TEST_F(HloBuilder, WhileLoopCarriesValues) {
+  // Doubles x three times: the loop runs while its counter is below 3.
+  Builder b("loop");
+  Value x = b.parameter(f32_2x3);
+  auto out = b.while_loop(
+      {b.constant_int(0, ElementType::kS32), x},
+      [](Builder& r, const std::vector<Value>& v) {
+        return std::vector<Value>{r.compare(v[0], r.constant_int(3, ElementType::kS32),
+                                            Compare::kLt)};
+      },
+      [](Builder& r, const std::vector<Value>& v) {
+        return std::vector<Value>{r.binary("add", v[0], r.constant_int(1, ElementType::kS32)),
+                                  r.binary("add", v[1], v[1])};
+      });
+  b.set_outputs({out[1]});
+  EXPECT_EQ(run(b, {{1, 2, 3, 4, 5, 6}}, {{2, 3}})[0],
+            (std::vector<float>{8, 16, 24, 32, 40, 48}));
+}
+
+TEST(HloBuilderChecks, WhileLoopRegionsAreChecked) {
+  Builder b;
+  Value i = b.constant_int(0, ElementType::kS32);
+  auto keep = [](Builder&, const std::vector<Value>& v) { return v; };
+  // The condition must give one 0-d i1; the body the carried types.
+  EXPECT_THROW(b.while_loop({i}, keep, keep), BuildError);
+  EXPECT_THROW(b.while_loop(
+                   {i},
+                   [](Builder& r, const std::vector<Value>&) {
+                     return std::vector<Value>{r.constant_bool(false)};
+                   },
+                   [](Builder& r, const std::vector<Value>&) {
+                     return std::vector<Value>{r.constant(1.0, ElementType::kF32)};
+                   }),
+               BuildError);
+  EXPECT_THROW(b.while_loop({}, keep, keep), BuildError);
+}
+
 TEST(HloBuilderChecks, MismatchedOperandsAreBuildErrors) {
   Builder b;
   Value x = b.parameter(TensorType{ElementType::kF32, {2}});
