@@ -143,3 +143,15 @@ def test_selection_skips_ops_with_lowerings_and_names_exclusions():
     lowered = set(torch_pjrt._C._lowered_ops())
     assert names and not names & lowered
     assert not names & set(decompositions.EXCLUDED)
+
+
+def test_take_and_index_of_empty_tensors():
+    empty, none = torch.zeros(0), torch.zeros(0, dtype=torch.long)
+    assert torch.take(empty.to(TPU), none.to(TPU)).cpu().shape == (0,)
+    assert torch.take(torch.tensor(3.0).to(TPU), none.to(TPU)).cpu().shape == (0,)
+    assert empty.to(TPU)[none.to(TPU)].cpu().shape == (0,)
+    with pytest.raises(IndexError):
+        empty.to(TPU)[torch.tensor([0]).to(TPU)].cpu()
+    rows = torch.zeros(0, 3).to(TPU)
+    rows[none.to(TPU)] = 1.0
+    assert rows.cpu().shape == (0, 3)

@@ -86,3 +86,16 @@ def test_fused_and_compiled_match_cpu():
     compiled = torch.compile(f, backend="tpu")
     torch.testing.assert_close(compiled(x.to(TPU), n.to(TPU)).cpu(), expected, equal_nan=True,
                                rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4])
+def test_polygamma_at_negative_points_and_poles(n):
+    # XLA's own polygamma is wrong below zero from n = 2 on and NaN at the
+    # poles; torch gives (-1)^(n+1) infinity there.
+    x = torch.tensor([-8.48, -3.3, -0.5, -1.0, -2.0, 0.0, 1.5, -7.9, -0.01, -100.2])
+    expected = torch.polygamma(n, x)
+    got = torch.polygamma(n, x.to(TPU)).cpu()
+    torch.testing.assert_close(got, expected, equal_nan=True, rtol=1e-3, atol=1e-4)
+    got64 = torch.polygamma(n, x.double().to(TPU)).cpu()
+    torch.testing.assert_close(got64, torch.polygamma(n, x.double()), equal_nan=True,
+                               rtol=1e-9, atol=1e-9)

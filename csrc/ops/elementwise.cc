@@ -118,20 +118,60 @@ void register_unary() {
     TORCH_CHECK(n >= 0, "polygamma(n, x) does not support negative n.");
     c10::ScalarType type = float_type(ctx.dtype(1));
     Value x = convert(b, ctx.tensor(1), opmath_type(type));
-    Value order = b.splat(b.constant(static_cast<double>(n), b.element_type(x)), b.dims(x));
+    auto dims = b.dims(x);
+    ElementType t = b.element_type(x);
+    auto splat = [&](double v) { return b.splat(b.constant(v, t), dims); };
+    Value order = splat(static_cast<double>(n));
+    Value zero = splat(0.0);
+    Value negative = b.compare(x, zero, hlo::Compare::kLt);
     Value r = b.binary("chlo.polygamma", order, x);
     if (n == 1) {
       // XLA's polygamma is inaccurate for negative x (9.80 vs 7.74 at
       // -8.48); trigamma's reflection formula maps them to positive ones:
       // psi1(x) = pi^2 / sin^2(pi x) - psi1(1 - x).
-      auto dims = b.dims(x);
-      ElementType t = b.element_type(x);
-      Value one = b.splat(b.constant(1.0, t), dims);
-      Value pi = b.splat(b.constant(M_PI, t), dims);
+      Value one = splat(1.0);
+      Value pi = splat(M_PI);
       Value s = b.unary("sine", b.binary("multiply", pi, x));
       Value reflected = b.binary("subtract", b.binary("divide", b.binary("multiply", pi, pi), b.binary("multiply", s, s)),
                                  b.binary("chlo.polygamma", order, b.binary("subtract", one, x)));
-      r = b.select(b.compare(x, b.zeros(TensorType{t, dims}), hlo::Compare::kLt), reflected, r);
+      r = b.select(negative, reflected, r);
+    } else if (n >= 2) {
+      // Also wrong for negative x from n = 2 on, and NaN at the poles. Step
+      // each negative x up to [0, 1) with psi_n(x) = psi_n(x + 1) -
+      // (-1)^n n! / x^(n+1), then evaluate there. The poles (x a
+      // non-positive integer) are (-1)^(n+1) infinity, as torch's.
+      double factorial = 1;
+      for (int64_t i = 2; i <= n; ++i) factorial *= static_cast<double>(i);
+      double coefficient = (n % 2 == 0 ? 1.0 : -1.0) * factorial;
+      Value pole = b.binary("and", b.compare(x, splat(0.0), hlo::Compare::kLe),
+                            b.compare(b.unary("floor", x), x, hlo::Compare::kEq));
+      // At most 2^16 steps: past that the sum is left where it stands.
+      Value steps_left = b.constant_int(1 << 16, ElementType::kS64);
+      std::vector<int64_t> all(dims.size());
+      for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+      auto loop = b.while_loop(
+          {steps_left, x, zero, b.select(pole, zero, x)},
+          [&all](Builder& c, const std::vector<Value>& v) {
+            Value below = c.compare(v[3], c.zeros(c.type(v[3])), hlo::Compare::kLt);
+            Value any = reduce(c, below, all, ReduceKind::kOr);
+            Value more = c.compare(v[0], c.constant_int(0, ElementType::kS64), hlo::Compare::kGt);
+            return std::vector<Value>{c.binary("and", any, more)};
+          },
+          [n, coefficient](Builder& c, const std::vector<Value>& v) {
+            ElementType et = c.element_type(v[3]);
+            const auto& d = c.dims(v[3]);
+            Value y = v[3];
+            Value below = c.compare(y, c.zeros(c.type(y)), hlo::Compare::kLt);
+            Value term = c.binary("divide", c.splat(c.constant(coefficient, et), d),
+                                  c.binary("power", y, c.splat(c.constant(static_cast<double>(n + 1), et), d)));
+            Value acc = c.select(below, c.binary("add", v[2], term), v[2]);
+            Value next = c.select(below, c.binary("add", y, c.splat(c.constant(1.0, et), d)), y);
+            Value left = c.binary("subtract", v[0], c.constant_int(1, ElementType::kS64));
+            return std::vector<Value>{left, v[1], acc, next};
+          });
+      Value shifted = b.binary("subtract", b.binary("chlo.polygamma", order, loop[3]), loop[2]);
+      r = b.select(negative, shifted, r);
+      r = b.select(pole, splat(n % 2 == 1 ? INFINITY : -INFINITY), r);
     }
     return std::vector<Value>{convert(b, r, type)};
   }, {"aten::polygamma.out"});

@@ -478,7 +478,12 @@ LoweringRegistrar registrar([] {
     Advanced a = advanced_indices(ctx, self, 1);
     auto in = b.dims(self);
     std::vector<int64_t> slice = in;
-    for (int64_t d : a.indexed) slice[d] = 1;
+    for (int64_t d : a.indexed) {
+      // Nothing to gather from: the result is empty, or an index is out of
+      // range, which advanced_indices' check reports.
+      if (in[d] == 0) return std::vector<Value>{b.zeros(TensorType{b.element_type(self), a.result_dims})};
+      slice[d] = 1;
+    }
     Builder::GatherDims g{a.offset_dims, a.indexed, a.indexed, static_cast<int64_t>(a.broadcast.size())};
     return std::vector<Value>{b.gather(self, a.coords, g, slice, a.result_dims)};
   }, {"aten::index.Tensor_out"});
@@ -492,6 +497,9 @@ LoweringRegistrar registrar([] {
     Value values = b.convert(ctx.tensor(2), t);
     values = broadcast_to(b, values, a.result_dims);
     bool accumulate = ctx.bool_arg(3);
+    for (int64_t d : a.indexed) {
+      if (b.dims(self)[d] == 0) return std::vector<Value>{self};  // nowhere to write
+    }
     Builder::ScatterDims s{a.offset_dims, a.indexed, a.indexed, static_cast<int64_t>(a.broadcast.size())};
     return std::vector<Value>{b.scatter(self, a.coords, values, s,
                                         [accumulate](Builder& r, const std::vector<Value>& v) {
