@@ -76,37 +76,37 @@ def test_debug_mode_runs_and_waits(python_in_subprocess):
 
 
 # --- CPU fallback -----------------------------------------------------------------
-# nextafter has no lowering; it stands for any op without one.
+# igamma has no lowering; it stands for any op without one.
 
 
 def test_fallback_is_counted_and_correct_for_functional_in_place_and_out():
     torch_pjrt.reset_metrics()
-    host = torch.arange(12.0).reshape(3, 4)
+    host = torch.arange(1.0, 13.0).reshape(3, 4)
     other = torch.full((3, 4), 2.0)
     x, o = host.to(NAME), other.to(NAME)
-    assert torch.equal(torch.nextafter(x, o).cpu(), torch.nextafter(host, other))
+    assert torch.equal(torch.igamma(x, o).cpu(), torch.igamma(host, other))
     y = x.clone()
-    y.nextafter_(o)
-    assert torch.equal(y.cpu(), host.nextafter(other))
+    y.igamma_(o)
+    assert torch.equal(y.cpu(), host.igamma(other))
     out = torch.empty(0, device=NAME)
-    torch.nextafter(x, o, out=out)
-    assert torch.equal(out.cpu(), host.nextafter(other))
+    torch.igamma(x, o, out=out)
+    assert torch.equal(out.cpu(), host.igamma(other))
     view_base = x.clone()
-    view_base[1:].nextafter_(o[1:])  # in place on a view: the base must see it
+    view_base[1:].igamma_(o[1:])  # in place on a view: the base must see it
     expected = host.clone()
-    expected[1:].nextafter_(other[1:])
+    expected[1:].igamma_(other[1:])
     assert torch.equal(view_base.cpu(), expected)
-    # torch routes nextafter, nextafter_ and out= through its out= kernel.
+    # torch routes igamma, igamma_ and out= through its out= kernel.
     counts = torch_pjrt.metrics()["fallback_ops"]
-    assert sum(n for op, n in counts.items() if op.startswith("aten::nextafter")) == 4, counts
+    assert sum(n for op, n in counts.items() if op.startswith("aten::igamma")) == 4, counts
 
 
 def test_fallback_refuses_mixed_devices_like_a_device_kernel():
     x = torch.arange(4.0).to(NAME)
     with pytest.raises(RuntimeError, match="same device"):
-        torch.nextafter(x, torch.ones(4))  # a CPU operand that is not a scalar
-    with pytest.raises(RuntimeError, match="same device.*aten::nextafter"):
-        torch.nextafter(x, x, out=torch.empty(4))  # the result would land on the CPU
+        torch.igamma(x, torch.ones(4))  # a CPU operand that is not a scalar
+    with pytest.raises(RuntimeError, match="same device.*aten::igamma"):
+        torch.igamma(x, x, out=torch.empty(4))  # the result would land on the CPU
 
 
 def test_fallback_warns_once_per_op(python_in_subprocess):
@@ -117,8 +117,8 @@ def test_fallback_warns_once_per_op(python_in_subprocess):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for _ in range(3):
-                torch.nextafter(x, x)
-        print(sum("aten::nextafter" in str(w.message) for w in caught))
+                torch.igamma(x, x)
+        print(sum("aten::igamma" in str(w.message) for w in caught))
         """
     )
     assert result.returncode == 0, result.stderr
@@ -131,9 +131,9 @@ def test_fallback_error_mode_names_the_op(python_in_subprocess):
         import torch, torch_pjrt
         x = torch.ones(5).to("{NAME}")
         try:
-            torch.nextafter(x, x)
+            torch.igamma(x, x)
         except NotImplementedError as e:
-            print("raised:", "aten::nextafter" in str(e))
+            print("raised:", "aten::igamma" in str(e))
         print((x + 1).sum().item())
         """,
         {"TORCH_PJRT_FALLBACK": "error"},
