@@ -1,4 +1,4 @@
-// Convolutions (1-D and 2-D, stride, padding, dilation, groups, transposed)
+// Convolutions (1-D, 2-D and 3-D, stride, padding, dilation, groups, transposed)
 // and their backward, all as StableHLO convolutions. The gradient of a
 // convolution's input is the transposed convolution and vice versa; grouped
 // gradients are computed per group, which keeps every layout ungrouped.
@@ -139,7 +139,7 @@ LoweringRegistrar registrar([] {
     Builder& b = ctx.b;
     Value x = ctx.tensor(0), w = ctx.tensor(1);
     int64_t rank = b.type(x).rank();
-    TORCH_CHECK(rank == 3 || rank == 4, "torch_pjrt: convolution supports 1-D and 2-D inputs "
+    TORCH_CHECK(rank >= 3 && rank <= 5, "torch_pjrt: convolution supports 1-D, 2-D and 3-D inputs "
                 "(batched), got input of shape ", c10::IntArrayRef(b.dims(x)));
     TORCH_CHECK(ctx.dtype(0) == ctx.dtype(1), "Input type (", ctx.dtype(0), ") and weight type (",
                 ctx.dtype(1), ") should be the same");
