@@ -155,3 +155,11 @@ def test_take_and_index_of_empty_tensors():
     rows = torch.zeros(0, 3).to(TPU)
     rows[none.to(TPU)] = 1.0
     assert rows.cpu().shape == (0, 3)
+
+
+def test_put_out_of_range_raises_index_error_at_the_next_wait():
+    x = torch.zeros(3, 4).to(TPU)
+    with pytest.raises(IndexError, match="put_"):
+        x.put_(torch.tensor([20]).to(TPU), torch.tensor([1.0]).to(TPU)).cpu()
+    with pytest.raises(IndexError, match="same number of elements"):
+        x.put_(torch.tensor([1, 2]).to(TPU), torch.tensor([1.0]).to(TPU))

@@ -87,7 +87,7 @@ def test_argsort_and_sort_indices_without_ties():
 NN_CASES = [
     OpCase("nn.functional.conv1d", rtol_scale=10), OpCase("nn.functional.conv2d", rtol_scale=10),
     OpCase("nn.functional.conv_transpose2d", rtol_scale=10),
-    OpCase("nn.functional.conv3d", rtol_scale=10),
+    OpCase("nn.functional.conv3d", rtol_scale=10), OpCase("put"), OpCase("take"),
     OpCase("nn.functional.max_pool2d"), OpCase("nn.functional.avg_pool2d"),
     OpCase("nn.functional.adaptive_avg_pool2d"), OpCase("nn.functional.batch_norm", rtol_scale=5),
 ]

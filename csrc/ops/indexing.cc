@@ -488,6 +488,39 @@ LoweringRegistrar registrar([] {
     return std::vector<Value>{b.gather(self, a.coords, g, slice, a.result_dims)};
   }, {"aten::index.Tensor_out"});
 
+  // put(self, index, source, accumulate): source's elements written (or
+  // added) at the flat positions `index` names in self.
+  register_lowering("aten::put", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value self = ctx.tensor(0);
+    TORCH_CHECK(ctx.dtype(1) == at::kLong, "put_(): Expected a long tensor for index, but got ",
+                ctx.dtype(1));
+    TORCH_CHECK(ctx.dtype(0) == ctx.dtype(2), "put_(): self and source expected to have the same "
+                "dtype, but got self.dtype = ", ctx.dtype(0), " and source.dtype = ", ctx.dtype(2));
+    int64_t k = b.type(ctx.tensor(1)).numel();
+    TORCH_CHECK_INDEX(b.type(ctx.tensor(2)).numel() == k, "put_(): Expected source and index to "
+                      "have the same number of elements, but got source.numel() = ",
+                      b.type(ctx.tensor(2)).numel(), ", index.numel() = ", k);
+    auto dims = b.dims(self);
+    int64_t n = b.type(self).numel();
+    if (k == 0) return std::vector<Value>{self};
+    TORCH_CHECK_INDEX(n > 0, "put_(): Tried to put elements into an empty tensor");
+    Value idx = b.reshape(ctx.tensor(1), {k});
+    ctx.require(in_range(b, idx, n, /*allow_negative=*/true),
+                "put_(): index out of range for a tensor of " + std::to_string(n) + " elements");
+    idx = b.reshape(wrap_negative(b, idx, n), {k, 1});
+    Value flat = b.reshape(self, {n});
+    Value src = b.reshape(ctx.tensor(2), {k});
+    bool accumulate = ctx.bool_arg(3);
+    Builder::ScatterDims s{{}, {0}, {0}, 1};
+    Value out = b.scatter(flat, idx, src, s, [accumulate](Builder& r, const std::vector<Value>& v) {
+      if (!accumulate) return std::vector<Value>{v[1]};
+      if (r.element_type(v[0]) == ElementType::kPred) return std::vector<Value>{r.binary("or", v[0], v[1])};
+      return std::vector<Value>{r.binary("add", v[0], v[1])};
+    });
+    return std::vector<Value>{b.reshape(out, dims)};
+  }, {"aten::put_", "aten::put.out"});
+
   // index_put(self, indices, values, accumulate); _index_put_impl_ adds `unsafe`.
   register_lowering("aten::index_put", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
