@@ -382,12 +382,45 @@ void register_logical_and_norms() {
   }, {"aten::logsumexp.out"});
 }
 
+// hash_tensor(self, dim=[], keepdim=False, mode=0): the xor of every
+// element's bits, floats widened to float64 and integers to 64 bits first.
+void register_hash() {
+  register_lowering("aten::hash_tensor", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    auto in = b.dims(x);
+    int64_t rank = static_cast<int64_t>(in.size());
+    TORCH_CHECK(ctx.int_arg(3) == 0, "Unknown hash_tensor mode: ", ctx.int_arg(3));
+    std::vector<int64_t> dims = wrap_dims(ctx.int_list(1), std::max<int64_t>(rank, 1));
+    if (rank == 0) dims.clear();
+    if (ctx.int_list(1).empty()) {
+      TORCH_CHECK(b.type(x).numel() > 0, "hash_tensor: Expected reduction dim to be specified for "
+                  "input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
+      for (int64_t i = 0; i < rank; ++i) dims.push_back(i);
+    }
+    for (int64_t d : dims) {
+      TORCH_CHECK_INDEX(in[d] > 0, "hash_tensor: Expected reduction dim ", d,
+                        " to have non-zero size.");
+    }
+    ElementType t = b.element_type(x);
+    Value bits = hlo::is_float(t) ? b.bitcast_convert(b.convert(x, ElementType::kF64), ElementType::kU64)
+                                  : b.convert(b.convert(x, ElementType::kS64), ElementType::kU64);
+    Value zero = b.constant_int(0, ElementType::kU64);
+    Value r = b.reduce({bits}, {zero}, dims, [](Builder& body, const std::vector<Value>& a) {
+      return std::vector<Value>{body.binary("xor", a[0], a[1])};
+    })[0];
+    if (ctx.bool_arg(2)) r = keep_dims(b, r, in, dims);
+    return std::vector<Value>{r};
+  }, {"aten::hash_tensor.out"});
+}
+
 LoweringRegistrar registrar([] {
   register_sum_mean_prod();
   register_extrema();
   register_indexed_extrema();
   register_var_std();
   register_logical_and_norms();
+  register_hash();
 });
 
 }  // namespace
