@@ -405,6 +405,17 @@ void run_lowered_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack)
   size_t nargs = schema.arguments().size();
   std::vector<c10::IValue> args(stack->end() - nargs, stack->end());
   torch::jit::drop(*stack, nargs);
+  // Ops torch lets through its conjugate and negative views unresolved (mm,
+  // bmm, addmm, dot ... take them on CUDA's BLAS flags) read the values
+  // those views stand for: resolve them first. Written arguments keep theirs.
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) continue;
+    if (args[i].isTensor()) {
+      const at::Tensor& t = args[i].toTensor();
+      if (t.defined() && (t.is_conj() || t.is_neg())) args[i] = t.resolve_conj().resolve_neg();
+    }
+  }
   if (std::optional<at::Tensor> filled = index_put_as_masked_fill(op, args)) {
     torch::jit::push(*stack, *filled);
     return;
