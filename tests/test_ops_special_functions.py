@@ -94,3 +94,16 @@ def test_in_place_and_integer_inputs():
     t.erfc_()
     _same(x.erfc(), t)
     _run(torch.erfc, torch.tensor([0, 1, 2]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_modified_bessel_i0_i1_both_series(dtype):
+    # The power series up to |x| = 30, the asymptotic one past it.
+    x = torch.tensor([0.0, 0.5, -3.0, 7.3, 29.9, 30.0, 31.0, -80.0, 88.0, -0.01, 15.0, 1e-30])
+    x = x.to(dtype)
+    tol = {"rtol": 1e-6, "atol": 0} if dtype == torch.float32 else {"rtol": 1e-13, "atol": 0}
+    for fn in (torch.i0, torch.special.i0e, torch.special.modified_bessel_i0,
+               torch.special.modified_bessel_i1):
+        _run(fn, x, **tol)
+    if dtype == torch.float64:
+        _run(torch.i0, torch.tensor([700.0], dtype=dtype), rtol=1e-13, atol=0)

@@ -65,6 +65,40 @@ Value erfcx(Builder& b, Value x) {
   return b.select(b.compare(x, b.zeros(b.type(x)), hlo::Compare::kLt), negative, positive);
 }
 
+// The scaled modified Bessel functions e^-|x| I_nu(|x|), nu = 0 or 1, in
+// float64: the power series sum_k (x/2)^(2k+nu) / (k! (k+nu)!) up to |x| =
+// 30 (60 terms), past it the asymptotic series e^x / sqrt(2 pi x) sum_k
+// (-1)^k a_k / x^k, a_k = prod_{j<=k} (4 nu^2 - (2j-1)^2) / (k! 8^k)
+// (12 terms). Returns the scaled value for |x|.
+Value scaled_bessel_i(Builder& b, Value x, int nu) {
+  Value ax = b.unary("abs", x);
+  Value one = splat(b, 1.0, ax);
+  Value q = b.binary("multiply", b.binary("multiply", ax, ax), splat(b, 0.25, ax));
+  Value term = nu == 0 ? one : b.binary("multiply", ax, splat(b, 0.5, ax));
+  Value sum = term;
+  for (int k = 1; k <= 60; ++k) {
+    term = b.binary("divide", b.binary("multiply", term, q), splat(b, double(k) * double(k + nu), ax));
+    sum = b.binary("add", sum, term);
+  }
+  Value series = b.binary("multiply", sum, b.unary("exponential", b.unary("negate", ax)));
+  Value inv = b.binary("divide", one, ax);
+  Value a = one, asym = one;
+  for (int k = 1; k <= 12; ++k) {
+    double factor = -(4.0 * nu * nu - double(2 * k - 1) * double(2 * k - 1)) / (8.0 * k);
+    a = b.binary("multiply", b.binary("multiply", a, inv), splat(b, factor, ax));
+    asym = b.binary("add", asym, a);
+  }
+  asym = b.binary("divide", asym, b.unary("sqrt", b.binary("multiply", ax, splat(b, 2.0 * M_PI, ax))));
+  return b.select(b.compare(ax, splat(b, 30.0, ax), hlo::Compare::kGt), asym, series);
+}
+
+// I_nu(x) itself: the scaled value times e^|x|; odd for nu = 1.
+Value bessel_i(Builder& b, Value x, int nu) {
+  Value r = b.binary("multiply", scaled_bessel_i(b, x, nu), b.unary("exponential", b.unary("abs", x)));
+  if (nu == 1) r = b.select(b.compare(x, b.zeros(b.type(x)), hlo::Compare::kLt), b.unary("negate", r), r);
+  return r;
+}
+
 LoweringRegistrar registrar([] {
   unary("erfc", false, [](Builder& b, Value x) { return b.unary("chlo.erfc", x); });
   unary("exp2", false, [](Builder& b, Value x) { return b.binary("power", splat(b, 2.0, x), x); });
@@ -74,6 +108,10 @@ LoweringRegistrar registrar([] {
     return b.binary("multiply", splat(b, M_SQRT2, p), b.unary("chlo.erf_inv", y));
   });
   unary("special_erfcx", true, erfcx);
+  unary("i0", true, [](Builder& b, Value x) { return bessel_i(b, x, 0); });
+  unary("special_modified_bessel_i0", true, [](Builder& b, Value x) { return bessel_i(b, x, 0); });
+  unary("special_modified_bessel_i1", true, [](Builder& b, Value x) { return bessel_i(b, x, 1); });
+  unary("special_i0e", true, [](Builder& b, Value x) { return scaled_bessel_i(b, x, 0); });
   unary("special_i1e", false, [](Builder& b, Value x) { return b.unary("chlo.bessel_i1e", x); });
   unary("special_i1", false, [](Builder& b, Value x) {
     return b.binary("multiply", b.unary("chlo.bessel_i1e", x), b.unary("exponential", b.unary("abs", x)));
