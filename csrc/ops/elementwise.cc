@@ -147,8 +147,7 @@ void register_unary() {
                             b.compare(b.unary("floor", x), x, hlo::Compare::kEq));
       // At most 2^16 steps: past that the sum is left where it stands.
       Value steps_left = b.constant_int(1 << 16, ElementType::kS64);
-      std::vector<int64_t> all(dims.size());
-      for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+      std::vector<int64_t> all = all_dims(static_cast<int64_t>(dims.size()));
       auto loop = b.while_loop(
           {steps_left, x, zero, b.select(pole, zero, x)},
           [&all](Builder& c, const std::vector<Value>& v) {

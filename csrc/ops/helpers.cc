@@ -118,6 +118,12 @@ Value reduce_init(Builder& b, ElementType type, ReduceKind kind) {
   return b.constant(0, type);
 }
 
+std::vector<int64_t> all_dims(int64_t rank) {
+  std::vector<int64_t> dims(static_cast<size_t>(rank));
+  for (int64_t i = 0; i < rank; ++i) dims[i] = i;
+  return dims;
+}
+
 Value reduce(Builder& b, Value x, const std::vector<int64_t>& dims, ReduceKind kind) {
   ElementType type = b.element_type(x);
   if (dims.empty()) return x;

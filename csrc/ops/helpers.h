@@ -39,6 +39,8 @@ std::vector<int64_t> wrap_dims(const std::vector<int64_t>& dims, int64_t rank);
 
 enum class ReduceKind { kSum, kProd, kMax, kMin, kAnd, kOr };
 Value reduce(Builder& b, Value x, const std::vector<int64_t>& dims, ReduceKind kind);
+// 0, 1, ..., rank - 1: every dim, to reduce a tensor to one value.
+std::vector<int64_t> all_dims(int64_t rank);
 // The identity element of `kind` for `type` (0, 1, -inf/lowest, +inf/max, ...).
 Value reduce_init(Builder& b, ElementType type, ReduceKind kind);
 // Broadcasts a reduction result back over the dims it reduced.

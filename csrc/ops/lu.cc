@@ -67,6 +67,7 @@ Lu factor(Builder& b, Value a) {
           to_rows.push_back(i);
           to_cols.push_back(i);
         }
+        const std::vector<int64_t> batch_map = to_rows;  // batch dims only
         to_rows.push_back(r - 2);
         to_cols.push_back(r - 1);
         Value row = c.iota(TensorType{ElementType::kS64, dims}, r - 2);
@@ -94,21 +95,21 @@ Lu factor(Builder& b, Value a) {
         Value jb = c.splat(j, batch);
         p = c.select(c.compare(p, c.splat(c.constant_int(m, ElementType::kS64), batch), hlo::Compare::kLt), p, jb);
         p = c.select(c.compare(p, jb, hlo::Compare::kLt), jb, p);
-        Value Pd = c.broadcast_in_dim(p, dims, std::vector<int64_t>(to_rows.begin(), to_rows.end() - 1));
+        Value Pd = c.broadcast_in_dim(p, dims, batch_map);
         Value is_j = c.compare(row, J, hlo::Compare::kEq), is_p = c.compare(row, Pd, hlo::Compare::kEq);
         Value rowj = pick(c, is_j, A, r - 2), rowp = pick(c, is_p, A, r - 2);
         Value A1 = c.select(is_j, c.broadcast_in_dim(rowp, dims, to_cols),
                             c.select(is_p, c.broadcast_in_dim(rowj, dims, to_cols), A));
-        Value pm = c.broadcast_in_dim(p, bm, std::vector<int64_t>(to_rows.begin(), to_rows.end() - 1));
+        Value pm = c.broadcast_in_dim(p, bm, batch_map);
         Value ri_j = c.compare(ri, sp(j, bm), hlo::Compare::kEq), ri_p = c.compare(ri, pm, hlo::Compare::kEq);
         Value permj = pick(c, ri_j, P, r - 2), permp = pick(c, ri_p, P, r - 2);
-        Value P1 = c.select(ri_j, c.broadcast_in_dim(permp, bm, std::vector<int64_t>(to_rows.begin(), to_rows.end() - 1)),
-                            c.select(ri_p, c.broadcast_in_dim(permj, bm, std::vector<int64_t>(to_rows.begin(), to_rows.end() - 1)), P));
+        Value P1 = c.select(ri_j, c.broadcast_in_dim(permp, bm, batch_map),
+                            c.select(ri_p, c.broadcast_in_dim(permj, bm, batch_map), P));
         std::vector<int64_t> bk = with(batch, {k});
         Value ki = c.iota(TensorType{ElementType::kS64, bk}, r - 2);
         Value p1 = c.convert(c.binary("add", p, c.splat(c.constant_int(1, ElementType::kS64), batch)), ElementType::kS32);
         Value piv1 = c.select(c.compare(ki, sp(j, bk), hlo::Compare::kEq),
-                              c.broadcast_in_dim(p1, bk, std::vector<int64_t>(to_rows.begin(), to_rows.end() - 1)), piv);
+                              c.broadcast_in_dim(p1, bk, batch_map), piv);
         // Eliminate below the pivot (skipped for a zero pivot, as LAPACK's).
         Value ci = c.iota(TensorType{ElementType::kS64, bn}, r - 2);
         Value pivot = pick(c, c.compare(ci, sp(j, bn), hlo::Compare::kEq), rowp, r - 2);
@@ -118,7 +119,6 @@ Lu factor(Builder& b, Value a) {
                                        c.compare(inf, c.zeros(c.type(inf)), hlo::Compare::kEq)),
                               c.splat(j32, batch), inf);
         Value colj1 = pick(c, c.compare(col, J, hlo::Compare::kEq), A1, r - 1);
-        std::vector<int64_t> batch_map(to_rows.begin(), to_rows.end() - 1);
         Value l = c.binary("divide", colj1, c.broadcast_in_dim(pivot, bm, batch_map));
         Value Ld = c.broadcast_in_dim(l, dims, to_rows);
         Value Ud = c.broadcast_in_dim(rowp, dims, to_cols);
@@ -164,8 +164,7 @@ Value perm_from_pivots(Builder& b, Value pivots, int64_t m) {
       },
       [&](Builder& c, const std::vector<Value>& v) {
         Value j = v[0], P = v[1], pv = v[2];
-        std::vector<int64_t> batch_map;
-        for (int64_t i = 0; i < r - 2; ++i) batch_map.push_back(i);
+        std::vector<int64_t> batch_map = all_dims(r - 2);
         Value ki = c.iota(TensorType{ElementType::kS64, with(batch, {k})}, r - 2);
         Value p = pick(c, c.compare(ki, c.splat(j, c.dims(ki)), hlo::Compare::kEq), pv, r - 2);
         p = c.binary("subtract", p, c.splat(c.constant_int(1, ElementType::kS64), batch));
@@ -287,6 +286,15 @@ Value det_factor_input(Builder& b, Value a) {
   return hlo::is_complex(b.element_type(a)) ? a : transpose_last(b, a);
 }
 
+// check_errors: every matrix of the batch factored without a zero pivot,
+// raised at the next host wait as the CPU raises it at once.
+void require_nonsingular(LoweringContext& ctx, Value info, const std::string& message) {
+  Builder& b = ctx.b;
+  Value worst = reduce(b, info, all_dims(b.type(info).rank()), ReduceKind::kMax);
+  ctx.require(b.compare(worst, b.constant_int(0, ElementType::kS32), hlo::Compare::kEq), message,
+              /*index_error=*/false);
+}
+
 LoweringRegistrar registrar([] {
   register_lowering("aten::linalg_lu_factor_ex", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
@@ -296,14 +304,7 @@ LoweringRegistrar registrar([] {
                 c10::IntArrayRef(b.dims(ctx.tensor(0))), " instead");
     TORCH_CHECK(ctx.bool_arg(1), "linalg.lu_factor: LU without pivoting is not implemented on the CPU");
     Lu f = factor(b, ctx.tensor(0));
-    if (ctx.bool_arg(2)) {
-      ctx.require(b.compare(reduce(b, f.info, [&] {
-                              std::vector<int64_t> all(b.dims(f.info).size());
-                              for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-                              return all;
-                            }(), ReduceKind::kMax), b.constant_int(0, ElementType::kS32), hlo::Compare::kEq),
-                  "torch.linalg.lu_factor_ex: U is singular", /*index_error=*/false);
-    }
+    if (ctx.bool_arg(2)) require_nonsingular(ctx, f.info, "torch.linalg.lu_factor_ex: U is singular");
     return std::vector<Value>{f.lu, f.pivots, f.info};
   }, {"aten::linalg_lu_factor_ex.out"});
 
@@ -379,12 +380,8 @@ LoweringRegistrar registrar([] {
                           b.element_type(a));
     Value inv = solve_with(b, f.lu, f.perm, eye, false);
     if (ctx.bool_arg(1)) {
-      std::vector<int64_t> all(r - 2);
-      for (int64_t i = 0; i < r - 2; ++i) all[i] = i;
-      Value worst = all.empty() ? f.info : reduce(b, f.info, all, ReduceKind::kMax);
-      ctx.require(b.compare(worst, b.constant_int(0, ElementType::kS32), hlo::Compare::kEq),
-                  "linalg.inv: a diagonal element of U is zero, the inversion could not be completed "
-                  "because the input matrix is singular.", /*index_error=*/false);
+      require_nonsingular(ctx, f.info, "linalg.inv: a diagonal element of U is zero, the inversion "
+                          "could not be completed because the input matrix is singular.");
     }
     return std::vector<Value>{inv, f.info};
   }, {"aten::linalg_inv_ex.inverse"});
@@ -425,12 +422,8 @@ LoweringRegistrar registrar([] {
       x = transpose_last(b, x);
     }
     if (ctx.bool_arg(3)) {
-      std::vector<int64_t> all(b.dims(f.info).size());
-      for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-      Value worst = all.empty() ? f.info : reduce(b, f.info, all, ReduceKind::kMax);
-      ctx.require(b.compare(worst, b.constant_int(0, ElementType::kS32), hlo::Compare::kEq),
-                  "torch.linalg.solve: The solver failed because the input matrix is singular.",
-                  /*index_error=*/false);
+      require_nonsingular(ctx, f.info, "torch.linalg.solve: The solver failed because the input "
+                          "matrix is singular.");
     }
     return std::vector<Value>{x, f.lu, f.pivots, f.info};
   }, {"aten::_linalg_solve_ex.result"});

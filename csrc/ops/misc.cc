@@ -11,8 +11,6 @@
 namespace torch_pjrt::ops {
 namespace {
 
-using hlo::RegionFn;
-
 Value float_check(Builder& b, Value x, const std::function<Value(Value)>& fn) {
   if (!hlo::is_float(b.element_type(x))) {
     return b.splat(b.constant_bool(false), b.dims(x));

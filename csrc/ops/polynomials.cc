@@ -228,11 +228,7 @@ Family legendre() {
 // each, from (p, q); returns q.
 Value recurrence(Builder& b, const Family& f, Value x, Value p, Value q, Value count) {
   Value zero = b.constant_int(0, ElementType::kS64);
-  Value most = reduce(b, count, [&] {
-    std::vector<int64_t> all(b.dims(count).size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-    return all;
-  }(), ReduceKind::kMax);
+  Value most = reduce(b, count, all_dims(b.type(count).rank()), ReduceKind::kMax);
   most = b.binary("maximum", most, zero);
   std::vector<Value> out = b.while_loop(
       {zero, most, count, x, p, q},

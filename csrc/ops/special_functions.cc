@@ -229,8 +229,7 @@ LoweringRegistrar registrar([] {
                 c10::toString(type), "'");
     auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, type);
     Value a = b.unary("abs", xs[0]), c = b.unary("abs", xs[1]);
-    std::vector<int64_t> all(b.dims(a).size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+    std::vector<int64_t> all = all_dims(b.type(a).rank());
     auto out = b.while_loop(
         {a, c},
         [&all](Builder& r, const std::vector<Value>& v) {
