@@ -1,9 +1,10 @@
 // Linear algebra on the device: the Cholesky factorisation (Transformers'
 // resize_token_embeddings draws new rows from a MultivariateNormal, which
-// factors the covariance) and triangular solves.
+// factors the covariance), what is solved with a Cholesky factor
+// (cholesky_solve, cholesky_inverse), and triangular solves.
 #include <c10/util/Exception.h>
 
-#include "ops/helpers.h"
+#include "ops/matrix.h"
 
 namespace torch_pjrt::ops {
 namespace {
@@ -68,6 +69,35 @@ Cholesky cholesky(LoweringContext& ctx, const char* op, bool upper) {
   return {factor, info, all.empty() ? ok : reduce(b, ok, all, ReduceKind::kAnd)};
 }
 
+// Solves op(a) x = rhs with triangular a, op the conjugate transpose when
+// `adjoint` (the builder's transpose is the plain one: conjugate around it).
+Value tri_solve(Builder& b, Value a, Value rhs, bool lower, bool unit, bool adjoint_a) {
+  if (!adjoint_a || !hlo::is_complex(b.element_type(a))) {
+    return b.triangular_solve(a, rhs, true, lower, unit, adjoint_a);
+  }
+  return conj(b, b.triangular_solve(a, conj(b, rhs), true, lower, unit, true));
+}
+
+// x with (L L^H) x = rhs (lower) or (U^H U) x = rhs, a and rhs batched alike.
+Value cholesky_solve(Builder& b, Value factor, Value rhs, bool upper) {
+  factor = triangle(b, factor, !upper);
+  if (upper) return tri_solve(b, factor, tri_solve(b, factor, rhs, false, false, true), false, false, false);
+  return tri_solve(b, factor, tri_solve(b, factor, rhs, true, false, false), true, false, true);
+}
+
+void check_square(Builder& b, Value a, const char* prefix) {
+  auto d = b.dims(a);
+  TORCH_CHECK(d.size() >= 2, prefix, "The input tensor A must have at least 2 dimensions.");
+  TORCH_CHECK(d[d.size() - 2] == d.back(), prefix, "A must be batches of square matrices, but they are ",
+              d[d.size() - 2], " by ", d.back(), " matrices");
+}
+
+void check_kernel_dtype(c10::ScalarType type, const char* kernel) {
+  TORCH_CHECK_NOT_IMPLEMENTED(type == at::kFloat || type == at::kDouble || type == at::kComplexFloat ||
+                                  type == at::kComplexDouble,
+                              "\"", kernel, "\" not implemented for '", c10::toString(type), "'");
+}
+
 constexpr const char* kNotPositiveDefinite =
     ": The factorization could not be completed because the input is not positive-definite.";
 
@@ -118,6 +148,48 @@ LoweringRegistrar registrar([] {
     a = triangle(b, a, !upper);
     return std::vector<Value>{b.triangular_solve(a, rhs, left, !upper, unit, false)};
   }, {"aten::linalg_solve_triangular.out"});
+  // triangular_solve(B, A, upper, transpose, unitriangular) -> (X, A):
+  // op(A) X = B with A's batch broadcast against B's; the second result is
+  // that broadcast copy of A.
+  register_lowering("aten::triangular_solve", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value rhs = ctx.tensor(0), a = ctx.tensor(1);
+    check_square(b, a, "");
+    auto da = b.dims(a), db = b.dims(rhs);
+    TORCH_CHECK(db.size() >= 2, "torch.triangular_solve: Expected b to have at least 2 dimensions, but it has ",
+                db.size(), " dimensions instead");
+    TORCH_CHECK(ctx.dtype(0) == ctx.dtype(1), "Expected b and A to have the same dtype, but found b of type ",
+                ctx.dtype(0), " and A of type ", ctx.dtype(1), " instead.");
+    int64_t n = da.back();
+    TORCH_CHECK(db[db.size() - 2] == n, "Incompatible matrix sizes for triangular_solve: each A matrix is ", n,
+                " by ", n, " but each b matrix is ", db[db.size() - 2], " by ", db.back());
+    check_kernel_dtype(ctx.dtype(0), "triangular_solve_cpu");
+    bool upper = ctx.bool_arg(2), transpose = ctx.bool_arg(3), unit = ctx.bool_arg(4);
+    auto batch = broadcast_shape(batch_of(b, a, 2), batch_of(b, rhs, 2));
+    a = broadcast_batch(b, a, batch, 2);
+    rhs = broadcast_batch(b, rhs, batch, 2);
+    Value x = b.triangular_solve(triangle(b, a, !upper), rhs, true, !upper, unit, transpose);
+    return std::vector<Value>{x, a};
+  }, {"aten::triangular_solve.X"});
+
+  // _cholesky_solve_helper(B, factor, upper): cholesky_solve after it has
+  // broadcast both.
+  register_lowering("aten::_cholesky_solve_helper", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    check_kernel_dtype(ctx.dtype(0), "cholesky_solve_cpu");
+    TORCH_CHECK(ctx.dtype(0) == ctx.dtype(1), "Expected b and A to have the same dtype, but found b of type ",
+                ctx.dtype(0), " and A of type ", ctx.dtype(1), " instead.");
+    return std::vector<Value>{cholesky_solve(b, ctx.tensor(1), ctx.tensor(0), ctx.bool_arg(2))};
+  }, {"aten::_cholesky_solve_helper.out"});
+
+  // cholesky_inverse(factor, upper): (L L^H)^-1 or (U^H U)^-1.
+  register_lowering("aten::cholesky_inverse", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value f = ctx.tensor(0);
+    check_square(b, f, "cholesky_inverse: ");
+    check_kernel_dtype(ctx.dtype(0), "cholesky_inverse_out_cpu");
+    return std::vector<Value>{cholesky_solve(b, f, eye(b, b.element_type(f), b.dims(f)), ctx.bool_arg(1))};
+  }, {"aten::cholesky_inverse.out"});
 });
 
 }  // namespace

@@ -12,15 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/helpers.h"
+#include "ops/matrix.h"
 
 namespace torch_pjrt::ops {
 namespace {
-
-std::vector<int64_t> with(std::vector<int64_t> lead, std::initializer_list<int64_t> tail) {
-  lead.insert(lead.end(), tail);
-  return lead;
-}
 
 void check_float(c10::ScalarType type, const char* op) {
   TORCH_CHECK(c10::isFloatingType(type) || c10::isComplexType(type), op,
@@ -36,11 +31,6 @@ struct Lu {
   Value perm;    // s64 batch + [m]: row i of lu is row perm[i] of the input
   Value info;    // s32 batch: first zero pivot (1-based), else 0
 };
-
-// Sums x along `dim` where `mask` holds (at most one entry per line): exact.
-Value pick(Builder& b, Value mask, Value x, int64_t dim) {
-  return reduce(b, b.select(mask, x, b.zeros(b.type(x))), {dim}, ReduceKind::kSum);
-}
 
 Lu factor(Builder& b, Value a) {
   auto dims = b.dims(a);
@@ -199,26 +189,6 @@ std::pair<Value, Value> unpack(Builder& b, Value lu) {
   return {L, U};
 }
 
-Value transpose_last(Builder& b, Value x) {
-  int64_t r = b.type(x).rank();
-  std::vector<int64_t> perm;
-  for (int64_t i = 0; i < r; ++i) perm.push_back(i);
-  std::swap(perm[r - 1], perm[r - 2]);
-  return b.transpose(x, perm);
-}
-
-Value batched_matmul(Builder& b, Value x, Value y) {
-  int64_t r = b.type(x).rank();
-  std::vector<int64_t> batch;
-  for (int64_t i = 0; i < r - 2; ++i) batch.push_back(i);
-  return b.dot_general(x, y, batch, batch, {r - 1}, {r - 2}, b.element_type(x));
-}
-
-Value conj(Builder& b, Value x) {
-  if (!hlo::is_complex(b.element_type(x))) return x;
-  return b.complex(b.real(x), b.unary("negate", b.imag(x)));
-}
-
 // Solves A X = B (or A^T X = B, the plain transpose) from A's packed factor
 // and row order; lu, perm and rhs already share their batch dims.
 Value solve_with(Builder& b, Value lu, Value perm, Value rhs, bool adjoint) {
@@ -232,18 +202,6 @@ Value solve_with(Builder& b, Value lu, Value perm, Value rhs, bool adjoint) {
   Value y = b.triangular_solve(U, rhs, true, false, false, true);
   y = b.triangular_solve(L, y, true, true, true, true);
   return batched_matmul(b, P, y);
-}
-
-Value broadcast_batch(Builder& b, Value x, const std::vector<int64_t>& batch, int64_t tail) {
-  auto d = b.dims(x);
-  std::vector<int64_t> to = batch;
-  to.insert(to.end(), d.end() - tail, d.end());
-  return broadcast_to(b, x, to);
-}
-
-std::vector<int64_t> batch_of(Builder& b, Value x, int64_t tail) {
-  auto d = b.dims(x);
-  return std::vector<int64_t>(d.begin(), d.end() - tail);
 }
 
 Value square_input(LoweringContext& ctx, size_t arg, const char* op) {
@@ -269,14 +227,6 @@ Value swap_sign(Builder& b, Value pivots) {
   Value odd = b.compare(b.binary("remainder", count, b.splat(b.constant_int(2, ElementType::kS32), batch)),
                         b.zeros(b.type(count)), hlo::Compare::kNe);
   return odd;
-}
-
-Value diagonal(Builder& b, Value x) {
-  auto d = b.dims(x);
-  int64_t r = static_cast<int64_t>(d.size());
-  Value on = b.compare(b.iota(TensorType{ElementType::kS64, d}, r - 2),
-                       b.iota(TensorType{ElementType::kS64, d}, r - 1), hlo::Compare::kEq);
-  return pick(b, on, x, r - 1);
 }
 
 // What det and slogdet factor: torch's CPU kernels return the LU of A^T
