@@ -174,15 +174,19 @@ LoweringRegistrar registrar([] {
                             b.compare(v, splat_like(b, 3.0, v), hlo::Compare::kLt));
     return b.select(inside, b.binary("divide", x[0], splat_like(b, 6.0, v)), splat_like(b, 0.0, v));
   }, {"aten::hardsigmoid_backward.grad_input"});
-  // logit(self, eps=None) = log(x / (1 - x)), x clamped to [eps, 1 - eps].
-  activation("aten::logit", {0}, [](Builder& b, const std::vector<Value>& x, LoweringContext& ctx) {
-    Value v = x[0];
+  // logit(self, eps=None) = log(x / (1 - x)), x clamped to [eps, 1 - eps];
+  // integers and bool give the default float dtype.
+  register_lowering("aten::logit", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = float_type(ctx.dtype(0));
+    Value v = convert(b, ctx.tensor(0), opmath_type(type));
     if (!ctx.is_none(1)) {
       Value eps = b.splat(ctx.scalar(1, b.element_type(v)), b.dims(v));
       v = b.binary("minimum", b.binary("maximum", v, eps),
                    b.binary("subtract", splat_like(b, 1.0, v), eps));
     }
-    return b.unary("log", b.binary("divide", v, b.binary("subtract", splat_like(b, 1.0, v), v)));
+    Value y = b.unary("log", b.binary("divide", v, b.binary("subtract", splat_like(b, 1.0, v), v)));
+    return std::vector<Value>{convert(b, y, type)};
   }, {"aten::logit_", "aten::logit.out"});
   activation("aten::logit_backward", {0, 1}, [](Builder& b, const std::vector<Value>& x, LoweringContext& ctx) {
     Value v = x[1];
@@ -232,6 +236,17 @@ LoweringRegistrar registrar([] {
     return b.select(b.compare(x[1], splat_like(b, 0, x[1]), hlo::Compare::kGt), x[0],
                     b.binary("multiply", x[0], slope));
   }, {"aten::leaky_relu_backward.grad_input"});
+  // hardshrink_backward(grad, self, lambd): grad where |x| > lambd;
+  // softshrink_backward the same.
+  for (const char* name : {"hardshrink_backward", "softshrink_backward"}) {
+    activation(std::string("aten::") + name, {0, 1}, [](Builder& b, const std::vector<Value>& x,
+                                                        LoweringContext& ctx) {
+      Value lambd = b.splat(ctx.scalar(2, b.element_type(x[1])), b.dims(x[1]));
+      Value outside = b.binary("or", b.compare(x[1], lambd, hlo::Compare::kGt),
+                               b.compare(x[1], b.unary("negate", lambd), hlo::Compare::kLt));
+      return b.select(outside, x[0], splat_like(b, 0, x[0]));
+    }, {std::string("aten::") + name + ".grad_input"});
+  }
   activation("aten::elu", {0}, [](Builder& b, const std::vector<Value>& x, LoweringContext& ctx) {
     ElementType t = b.element_type(x[0]);
     Value alpha = b.splat(ctx.scalar(1, t), b.dims(x[0]));

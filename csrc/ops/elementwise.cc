@@ -386,6 +386,21 @@ void register_binary() {
       return std::vector<Value>{b.complex(re, im)};
     }, {"aten::" + name + ".out"});
   }
+  // angle(self): the argument of a complex number (its real type); for real
+  // input pi below zero, else 0, NaN kept; integers and bool give floats.
+  register_lowering("aten::angle", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    c10::ScalarType type = ctx.dtype(0);
+    Value x = ctx.tensor(0);
+    if (c10::isComplexType(type)) return std::vector<Value>{b.binary("atan2", b.imag(x), b.real(x))};
+    c10::ScalarType out = float_type(type);
+    x = convert(b, x, out);
+    ElementType t = b.element_type(x);
+    Value zero = b.zeros(b.type(x));
+    Value pi = b.splat(b.constant(M_PI, t), b.dims(x));
+    Value y = b.select(b.compare(x, zero, hlo::Compare::kLt), pi, zero);
+    return std::vector<Value>{b.select(b.compare(x, x, hlo::Compare::kNe), x, y)};
+  }, {"aten::angle.out"});
   binary("atan2", {""},
          [](LoweringContext& ctx, Value x, Value y, c10::ScalarType) {
            return ctx.b.binary("atan2", x, y);

@@ -430,14 +430,6 @@ LoweringRegistrar registrar([] {
     return std::vector<Value>{out[0], b.convert(ctx.tensor(3), acc),
                               b.unary("rsqrt", b.binary("add", var, eps))};
   });
-  // _native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
-  register_graph_lowering("aten::_native_batch_norm_legit.no_stats", [](LoweringContext& ctx) {
-    std::vector<LoweringArg> args = {ctx.arg(0), ctx.arg(1), ctx.arg(2), static_arg(c10::IValue()),
-                                     static_arg(c10::IValue()), ctx.arg(3), ctx.arg(4), ctx.arg(5)};
-    auto out = delegate(ctx, "aten::native_batch_norm", args);
-    out.resize(3);
-    return out;
-  });
 });
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Matrix products: mm, bmm, addmm, baddbmm, dot, mv, addmv. matmul and
+// Matrix products: mm, bmm, addmm, baddbmm, addbmm, dot, mv, addmv. matmul and
 // linear are composites in torch and reach these.
 #include <c10/util/Exception.h>
 
@@ -73,6 +73,29 @@ LoweringRegistrar registrar([] {
     Value prod = bmm(ctx, ctx.tensor(1), ctx.tensor(2), 1, 2, /*round=*/false);
     return std::vector<Value>{convert(ctx.b, scale_add(ctx, ctx.tensor(0), prod, 3, 4), ctx.dtype(1))};
   }, {"aten::baddbmm_", "aten::baddbmm.out"});
+  // addbmm(self, batch1, batch2, beta, alpha): the batch of products summed,
+  // one contraction over the batch and inner dims.
+  register_lowering("aten::addbmm", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(1), y = ctx.tensor(2);
+    TORCH_CHECK(b.type(x).rank() == 3, "batch1 must be a 3D tensor");
+    TORCH_CHECK(b.type(y).rank() == 3, "batch2 must be a 3D tensor");
+    check_same_dtype(ctx, 1, 2, "addbmm");
+    const auto& dx = b.dims(x);
+    const auto& dy = b.dims(y);
+    TORCH_CHECK(dx[0] == dy[0], "batch1 and batch2 must have same number of batches, got ", dx[0], " and ",
+                dy[0]);
+    TORCH_CHECK(dx[2] == dy[1], "Incompatible matrix sizes for bmm (", dx[1], "x", dx[2], " and ", dy[1], "x",
+                dy[2], ")");
+    Value prod = b.dot_general(x, y, {}, {}, {0, 2}, {0, 1}, et(opmath_type(ctx.dtype(1))));
+    std::vector<int64_t> out = b.dims(prod);
+    std::vector<int64_t> self = b.dims(ctx.tensor(0));
+    TORCH_CHECK(broadcast_shape(self, out) == out, "The expanded size of the tensor (", out.back(),
+                ") must match the existing size (", self.back(), ") at non-singleton dimension ",
+                self.size() - 1, ".  Target sizes: ", c10::IntArrayRef(out), ".  Tensor sizes: ",
+                c10::IntArrayRef(self));
+    return std::vector<Value>{convert(b, scale_add(ctx, ctx.tensor(0), prod, 3, 4), ctx.dtype(1))};
+  }, {"aten::addbmm_", "aten::addbmm.out"});
   register_lowering("aten::dot", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     Value x = ctx.tensor(0), y = ctx.tensor(1);

@@ -104,6 +104,33 @@ LoweringRegistrar batch_norm_registrar([] {
     return out;
   }, {}, {}, {}, false, /*mutated_args=*/{3, 4});
 
+  // The newer entry points are native_batch_norm with other signatures
+  // (the saved statistics stay in float32 for low-precision input, as CUDA
+  // and torch's own decompositions keep them).
+  // _native_batch_norm_legit(input, weight, bias, running_mean, running_var, training, momentum, eps)
+  register_lowering("aten::_native_batch_norm_legit", [](LoweringContext& ctx) {
+    std::vector<LoweringArg> args;
+    for (size_t i = 0; i < ctx.num_args(); ++i) args.push_back(ctx.arg(i));
+    return delegate(ctx, "aten::native_batch_norm", args);
+  }, {"aten::_native_batch_norm_legit.out"}, {}, {}, false, /*mutated_args=*/{3, 4});
+  // _native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
+  register_lowering("aten::_native_batch_norm_legit.no_stats", [](LoweringContext& ctx) {
+    std::vector<LoweringArg> args = {ctx.arg(0), ctx.arg(1), ctx.arg(2), static_arg(c10::IValue()),
+                                     static_arg(c10::IValue()), ctx.arg(3), ctx.arg(4), ctx.arg(5)};
+    auto out = delegate(ctx, "aten::native_batch_norm", args);
+    out.resize(3);
+    return out;
+  }, {"aten::_native_batch_norm_legit.no_stats_out"});
+  // _batch_norm_with_update(input, weight, bias, running_mean, running_var, momentum, eps)
+  //   -> (out, save_mean, save_invstd, reserve): training, with an empty reserve.
+  register_lowering("aten::_batch_norm_with_update", [](LoweringContext& ctx) {
+    std::vector<LoweringArg> args = {ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3), ctx.arg(4),
+                                     static_arg(true), ctx.arg(5), ctx.arg(6)};
+    auto out = delegate(ctx, "aten::native_batch_norm", args);
+    out.insert(out.begin() + 3, ctx.b.zeros(TensorType{ElementType::kU8, {0}}));
+    return out;
+  }, {"aten::_batch_norm_with_update.out"}, {}, {}, false, /*mutated_args=*/{3, 4});
+
   // native_batch_norm_backward(grad_out, input, weight, running_mean, running_var,
   //                            save_mean, save_invstd, train, eps, output_mask)
   register_lowering("aten::native_batch_norm_backward", [](LoweringContext& ctx) {

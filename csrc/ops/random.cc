@@ -1,5 +1,5 @@
 // Random numbers on the device: uniform_, normal_, bernoulli, random_
-// (randint), native_dropout and randperm, drawn with StableHLO's counter-
+// (randint), native_dropout, rrelu and randperm, drawn with StableHLO's counter-
 // based generator from the per-device generator's (seed, offset).
 #include <c10/util/Exception.h>
 
@@ -151,6 +151,54 @@ LoweringRegistrar registrar([] {
     Value scale = b.splat(ctx.scalar(2, t), b.dims(g));
     return std::vector<Value>{b.select(mask, b.binary("multiply", g, scale), b.zeros(b.type(g)))};
   }, {"aten::native_dropout_backward.out"});
+
+  // rrelu_with_noise(self, noise, lower, upper, training, generator): in
+  // training each negative x is scaled by a uniform draw from [lower, upper],
+  // recorded in noise (1 for the others); otherwise leaky_relu with the mean
+  // slope, noise untouched.
+  register_lowering("aten::rrelu_with_noise", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0), noise = ctx.tensor(1);
+    TORCH_CHECK(hlo::is_float(b.element_type(x)), "rrelu_with_noise: expected a floating point tensor, got ",
+                ctx.dtype(0));
+    TORCH_CHECK(b.dims(noise) == b.dims(x) || !ctx.bool_arg(4), "rrelu_with_noise: noise of shape ",
+                c10::IntArrayRef(b.dims(noise)), " does not match the input's ", c10::IntArrayRef(b.dims(x)));
+    auto dims = b.dims(x);
+    ElementType t = b.element_type(x), c = float_compute(t);
+    Value xc = b.convert(x, c);
+    Value lower = b.splat(ctx.scalar(2, c), dims), upper = b.splat(ctx.scalar(3, c), dims);
+    Value negative = b.compare(xc, b.zeros(TensorType{c, dims}), hlo::Compare::kLe);
+    Value slope;
+    Value new_noise = noise;
+    if (ctx.bool_arg(4)) {
+      slope = b.binary("add", lower, b.binary("multiply", uniform01(ctx, dims, c), b.binary("subtract", upper, lower)));
+      slope = b.select(negative, slope, b.splat(b.constant(1.0, c), dims));
+      new_noise = b.convert(slope, b.element_type(noise));
+    } else {
+      slope = b.binary("multiply", b.binary("add", lower, upper), b.splat(b.constant(0.5, c), dims));
+      negative = b.compare(xc, b.zeros(TensorType{c, dims}), hlo::Compare::kLt);
+    }
+    Value y = b.select(negative, b.binary("multiply", xc, slope), xc);
+    return std::vector<Value>{b.convert(y, t), new_noise};
+  }, {"aten::rrelu_with_noise.out"}, {}, {}, /*random=*/true, /*mutated_args=*/{1});
+  // rrelu_with_noise_backward(grad, self, noise, lower, upper, training, self_is_result)
+  register_lowering("aten::rrelu_with_noise_backward", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value g = ctx.tensor(0), x = ctx.tensor(1);
+    auto dims = b.dims(g);
+    ElementType t = b.element_type(g), c = float_compute(t);
+    Value gc = b.convert(g, c);
+    Value lower = b.splat(ctx.scalar(3, c), dims), upper = b.splat(ctx.scalar(4, c), dims);
+    Value slope = b.binary("multiply", b.binary("add", lower, upper), b.splat(b.constant(0.5, c), dims));
+    Value positive = b.compare(b.convert(x, c), b.zeros(TensorType{c, dims}), hlo::Compare::kGt);
+    Value leaky = b.select(positive, gc, b.binary("multiply", gc, slope));
+    if (!ctx.bool_arg(5)) return std::vector<Value>{b.convert(leaky, t)};
+    // The recorded slopes (1 where x > 0), unless the interval is empty.
+    Value noise = b.convert(broadcast_to(b, ctx.tensor(2), dims), c);
+    Value drawn = b.compare(b.binary("subtract", upper, lower), b.splat(b.constant(1e-6, c), dims),
+                            hlo::Compare::kGt);
+    return std::vector<Value>{b.convert(b.select(drawn, b.binary("multiply", gc, noise), leaky), t)};
+  }, {"aten::rrelu_with_noise_backward.out"});
 
   // random_.from(self, from, to, generator): integers in [from, to).
   auto random_range = [](LoweringContext& ctx, Value self, Value from, Value span) {

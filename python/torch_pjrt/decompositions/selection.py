@@ -26,13 +26,6 @@ _COMPOSITE_KEYS = (
 EXCLUDED: dict[str, str] = {
     # Named for the CPU's own flash kernel; torch never calls it for tpu.
     "aten::_scaled_dot_product_flash_attention_for_cpu": "a CPU-only kernel's entry point",
-    # torch's decompositions of these return the saved mean and inverse
-    # standard deviation in float32 for bfloat16 input, and with the batch
-    # statistics' shape when no running statistics are kept; the CPU kernel
-    # returns bfloat16 and empty tensors there.
-    "aten::_native_batch_norm_legit": "different saved statistics than the CPU kernel's",
-    "aten::_native_batch_norm_legit.no_stats": "different saved statistics than the CPU kernel's",
-    "aten::_batch_norm_with_update": "different saved statistics than the CPU kernel's",
 }
 # torch's references for these end in a primitive whose eager kernel is the
 # op itself, so on tpu the decomposition would only come back to the op (the
