@@ -102,3 +102,15 @@ def test_batch_norm_entry_points_update_running_stats(dtype):
             _same(expected[3], got[3])
         for e, d in zip(stats, device_stats):
             _same(e, d, tol)
+
+
+@pytest.mark.parametrize("pad", [(-4, 5, 0, 0), (5, -4, -4, 3), (8, -1, -1, -3), (-2, -2, 1, 1)])
+def test_replicate_padding_that_crops_past_an_edge(pad):
+    # torch clamps every output position into the input: a crop past one
+    # edge leaves copies of the other edge.
+    x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(4), requires_grad=True)
+    xt = x.detach().to(TPU).requires_grad_()
+    y, yt = F.pad(x, pad, mode="replicate"), F.pad(xt, pad, mode="replicate")
+    _same(y.detach(), yt.detach())
+    w = torch.randn(y.shape, generator=torch.Generator().manual_seed(5))
+    _same(torch.autograd.grad((y * w).sum(), x)[0], torch.autograd.grad((yt * w.to(TPU)).sum(), xt)[0])

@@ -22,6 +22,18 @@ Value pad_dim(Builder& b, Value x, int64_t dim, int64_t left, int64_t right, boo
   int64_t n = b.dims(x)[dim];
   if (left < 0 || right < 0) {
     int64_t start = std::max<int64_t>(0, -left), end = n - std::max<int64_t>(0, -right);
+    if (!reflect && end <= start) {
+      // Every output position clamps to one edge: the last element when the
+      // left crop passes the end, else the first.
+      int64_t out = n + left + right;
+      TORCH_CHECK(out >= 0, "input tensor is too small for the padding (", left, ", ", right,
+                  ") at dimension ", dim, " of input ", c10::IntArrayRef(b.dims(x)));
+      int64_t at = left < 0 ? n - 1 : 0;
+      Value e = slice_dim(b, x, dim, at, at + 1);
+      auto dims = b.dims(e);
+      dims[dim] = out;
+      return b.broadcast_in_dim(e, dims, all_dims(static_cast<int64_t>(dims.size())));
+    }
     TORCH_CHECK(end > start, "padding crops dimension ", dim, " to nothing");
     return pad_dim(b, slice_dim(b, x, dim, start, end), dim, std::max<int64_t>(0, left),
                    std::max<int64_t>(0, right), reflect);
@@ -56,6 +68,17 @@ Value unpad_dim(Builder& b, Value g, int64_t dim, int64_t left, int64_t right, i
   if (left < 0 || right < 0) {
     // Cropped positions get no gradient: fold back the kept part, pad zeros.
     int64_t crop_lo = std::max<int64_t>(0, -left), crop_hi = std::max<int64_t>(0, -right);
+    if (!reflect && crop_lo + crop_hi >= n) {
+      // Everything came from one edge element (pad_dim): it gets the sum.
+      auto dims = b.dims(g);
+      dims[dim] = 1;
+      Value sum = b.reshape(reduce(b, g, {dim}, ReduceKind::kSum), dims);
+      std::vector<int64_t> low(dims.size(), 0), high(dims.size(), 0), interior(dims.size(), 0);
+      int64_t at = left < 0 ? n - 1 : 0;
+      low[dim] = at;
+      high[dim] = n - 1 - at;
+      return b.pad(sum, b.constant(0, b.element_type(sum)), low, high, interior);
+    }
     Value inner = unpad_dim(b, g, dim, std::max<int64_t>(0, left), std::max<int64_t>(0, right),
                             n - crop_lo - crop_hi, reflect);
     auto dims = b.dims(inner);
