@@ -1,7 +1,8 @@
-// interpolate: nearest and bilinear 2-D upsampling with their backward ops.
-// Source positions are computed in the program from iota, in f32 as torch
-// computes them; rows and columns are then gathered (forward) or scattered
-// with add (backward) one dimension at a time.
+// interpolate: nearest and nearest-exact (1-3 D), linear, bilinear and
+// trilinear, and bicubic upsampling with their backward ops. Source
+// positions are computed in the program from iota, in f32 as torch computes
+// them; each spatial dim is then gathered (forward) or scattered with add
+// (backward) in turn, as the interpolations are separable.
 #include <c10/util/Exception.h>
 
 #include <cmath>
@@ -54,8 +55,10 @@ Value put_add(Builder& b, Value g, int64_t dim, Value idx, int64_t in) {
                    });
 }
 
-Value nearest_index(Builder& b, int64_t in, int64_t out, float scale) {
+// nearest: floor(dst * scale); nearest-exact: floor((dst + 0.5) * scale).
+Value nearest_index(Builder& b, int64_t in, int64_t out, float scale, bool exact) {
   Value dst = b.convert(b.iota(TensorType{ElementType::kS64, {out}}, 0), ElementType::kF32);
+  if (exact) dst = b.binary("add", dst, b.splat(b.constant(0.5, ElementType::kF32), {out}));
   Value src = b.unary("floor", b.binary("multiply", dst, b.splat(b.constant(scale, ElementType::kF32), {out})));
   Value idx = b.convert(src, ElementType::kS64);
   return b.binary("minimum", idx, b.splat(b.constant_int(in - 1, ElementType::kS64), {out}));
@@ -66,17 +69,19 @@ struct Linear1d {
   Value weight_hi;  // f32 [out]
 };
 
-Linear1d linear_index(Builder& b, int64_t in, int64_t out, float scale, bool align_corners) {
+// torch's area_pixel_compute_source_index: the source coordinate of each
+// output position (clamped at 0 except for cubic).
+Value source_index(Builder& b, int64_t out, float scale, bool align_corners, bool cubic) {
   Value dst = b.convert(b.iota(TensorType{ElementType::kS64, {out}}, 0), ElementType::kF32);
   Value s = b.splat(b.constant(scale, ElementType::kF32), {out});
-  Value src;
-  if (align_corners) {
-    src = b.binary("multiply", dst, s);
-  } else {
-    Value half = b.splat(b.constant(0.5, ElementType::kF32), {out});
-    src = b.binary("subtract", b.binary("multiply", b.binary("add", dst, half), s), half);
-    src = b.binary("maximum", src, b.zeros(TensorType{ElementType::kF32, {out}}));
-  }
+  if (align_corners) return b.binary("multiply", dst, s);
+  Value half = b.splat(b.constant(0.5, ElementType::kF32), {out});
+  Value src = b.binary("subtract", b.binary("multiply", b.binary("add", dst, half), s), half);
+  return cubic ? src : b.binary("maximum", src, b.zeros(TensorType{ElementType::kF32, {out}}));
+}
+
+Linear1d linear_index(Builder& b, int64_t in, int64_t out, float scale, bool align_corners) {
+  Value src = source_index(b, out, scale, align_corners, false);
   Value lo_f = b.unary("floor", src);
   Value lo = b.binary("minimum", b.convert(lo_f, ElementType::kS64),
                       b.splat(b.constant_int(in - 1, ElementType::kS64), {out}));
@@ -89,79 +94,173 @@ Value weight_along(Builder& b, Value w, const std::vector<int64_t>& dims, int64_
   return b.broadcast_in_dim(w, dims, {dim});
 }
 
+// Bicubic taps of one dim: source rows floor(src) - 1 .. + 2 (clamped into
+// the input) and Keys' cubic convolution weights (A = -0.75), f32 [out].
+struct Cubic1d {
+  Value index[4];
+  Value weight[4];
+};
+
+Cubic1d cubic_index(Builder& b, int64_t in, int64_t out, float scale, bool align_corners) {
+  Value src = source_index(b, out, scale, align_corners, true);
+  Value fl = b.unary("floor", src);
+  Value t = b.binary("subtract", src, fl);
+  auto c = [&](double v) { return b.splat(b.constant(v, ElementType::kF32), {out}); };
+  const double A = -0.75;
+  // |x| <= 1: ((A + 2) x - (A + 3)) x^2 + 1; 1 < |x| < 2: ((A x - 5A) x + 8A) x - 4A.
+  auto near = [&](Value x) {
+    return b.binary("add", b.binary("multiply", b.binary("multiply", b.binary("subtract",
+        b.binary("multiply", c(A + 2), x), c(A + 3)), x), x), c(1.0));
+  };
+  auto far = [&](Value x) {
+    Value v = b.binary("subtract", b.binary("multiply", c(A), x), c(5 * A));
+    v = b.binary("add", b.binary("multiply", v, x), c(8 * A));
+    return b.binary("subtract", b.binary("multiply", v, x), c(4 * A));
+  };
+  Cubic1d r;
+  r.weight[0] = far(b.binary("add", t, c(1.0)));
+  r.weight[1] = near(t);
+  r.weight[2] = near(b.binary("subtract", c(1.0), t));
+  r.weight[3] = far(b.binary("subtract", c(2.0), t));
+  Value base = b.convert(fl, ElementType::kS64);
+  for (int k = 0; k < 4; ++k) {
+    Value i = b.binary("add", base, b.splat(b.constant_int(k - 1, ElementType::kS64), {out}));
+    r.index[k] = b.clamp(b.splat(b.constant_int(0, ElementType::kS64), {out}), i,
+                         b.splat(b.constant_int(in - 1, ElementType::kS64), {out}));
+  }
+  return r;
+}
+
+// The scale argument positions of an op: after (self, output_size[,
+// input_size], align_corners?), one per spatial dim.
+std::vector<int> scale_args(int64_t first, int64_t spatial) {
+  std::vector<int> r;
+  for (int64_t i = 0; i < spatial; ++i) r.push_back(static_cast<int>(first + i));
+  return r;
+}
+
 LoweringRegistrar registrar([] {
-  // upsample_nearest{1,2,3}d(self, output_size, scales...) and backward
-  // (grad, output_size, input_size, scales...).
-  for (int64_t spatial : {1, 2, 3}) {
-    std::string name = "aten::upsample_nearest" + std::to_string(spatial) + "d";
-    std::vector<int> fwd_static, bwd_static;
-    for (int64_t i = 0; i < spatial; ++i) {
-      fwd_static.push_back(static_cast<int>(2 + i));
-      bwd_static.push_back(static_cast<int>(3 + i));
+  // upsample_nearest{1,2,3}d and _upsample_nearest_exact{1,2,3}d(self,
+  // output_size, scales...) and backward (grad, output_size, input_size, scales...).
+  for (bool exact : {false, true}) {
+    for (int64_t spatial : {1, 2, 3}) {
+      std::string name = std::string(exact ? "aten::_upsample_nearest_exact" : "aten::upsample_nearest") +
+                         std::to_string(spatial) + "d";
+      register_lowering(name, [spatial, exact](LoweringContext& ctx) {
+        Builder& b = ctx.b;
+        Value x = ctx.tensor(0);
+        auto dims = b.dims(x);
+        auto size = ctx.int_list(1);
+        for (int64_t i = 0; i < spatial; ++i) {
+          int64_t dim = 2 + i;
+          float scale = pixel_scale(dims[dim], size[i], false, optional_scale(ctx, 2 + i));
+          x = take(b, x, dim, nearest_index(b, dims[dim], size[i], scale, exact));
+        }
+        return std::vector<Value>{x};
+      }, {name + ".out"}, scale_args(2, spatial));
+      register_lowering(name + "_backward", [spatial, exact](LoweringContext& ctx) {
+        Builder& b = ctx.b;
+        ElementType acc = et(opmath_type(ctx.dtype(0)));
+        Value g = b.convert(ctx.tensor(0), acc);
+        auto out = ctx.int_list(1), in = ctx.int_list(2);
+        for (int64_t i = spatial - 1; i >= 0; --i) {
+          int64_t dim = 2 + i;
+          float scale = pixel_scale(in[dim], out[i], false, optional_scale(ctx, 3 + i));
+          g = put_add(b, g, dim, nearest_index(b, in[dim], out[i], scale, exact), in[dim]);
+        }
+        return std::vector<Value>{b.convert(g, et(ctx.dtype(0)))};
+      }, {name + "_backward.grad_input"}, scale_args(3, spatial));
     }
-    register_lowering(name, [spatial](LoweringContext& ctx) {
-      Builder& b = ctx.b;
-      Value x = ctx.tensor(0);
-      auto dims = b.dims(x);
-      auto size = ctx.int_list(1);
-      for (int64_t i = 0; i < spatial; ++i) {
-        int64_t dim = 2 + i;
-        float scale = pixel_scale(dims[dim], size[i], false, optional_scale(ctx, 2 + i));
-        x = take(b, x, dim, nearest_index(b, dims[dim], size[i], scale));
-      }
-      return std::vector<Value>{x};
-    }, {name + ".out"}, fwd_static);
-    register_lowering(name + "_backward", [spatial](LoweringContext& ctx) {
-      Builder& b = ctx.b;
-      ElementType acc = et(opmath_type(ctx.dtype(0)));
-      Value g = b.convert(ctx.tensor(0), acc);
-      auto out = ctx.int_list(1), in = ctx.int_list(2);
-      for (int64_t i = spatial - 1; i >= 0; --i) {
-        int64_t dim = 2 + i;
-        float scale = pixel_scale(in[dim], out[i], false, optional_scale(ctx, 3 + i));
-        g = put_add(b, g, dim, nearest_index(b, in[dim], out[i], scale), in[dim]);
-      }
-      return std::vector<Value>{b.convert(g, et(ctx.dtype(0)))};
-    }, {name + "_backward.grad_input"}, bwd_static);
   }
 
-  // upsample_bilinear2d(self, output_size, align_corners, scales_h, scales_w)
-  register_lowering("aten::upsample_bilinear2d", [](LoweringContext& ctx) {
+  // upsample_{linear1d,bilinear2d,trilinear3d}(self, output_size,
+  // align_corners, scales...) and backward (grad, output_size, input_size,
+  // align_corners, scales...).
+  for (auto [spatial, base] : {std::pair<int64_t, const char*>{1, "linear1d"}, {2, "bilinear2d"},
+                               {3, "trilinear3d"}}) {
+    std::string name = std::string("aten::upsample_") + base;
+    register_lowering(name, [spatial](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      c10::ScalarType type = ctx.dtype(0);
+      ElementType acc = et(opmath_type(type));
+      Value x = b.convert(ctx.tensor(0), acc);
+      auto size = ctx.int_list(1);
+      bool align = ctx.bool_arg(2);
+      for (int64_t i = 0; i < spatial; ++i) {
+        int64_t dim = 2 + i;
+        int64_t in = b.dims(x)[dim];
+        Linear1d l = linear_index(b, in, size[i], pixel_scale(in, size[i], align, optional_scale(ctx, 3 + i)), align);
+        Value lo = take(b, x, dim, l.lo), hi = take(b, x, dim, l.hi);
+        Value w = weight_along(b, b.convert(l.weight_hi, acc), b.dims(lo), dim);
+        x = b.binary("add", lo, b.binary("multiply", w, b.binary("subtract", hi, lo)));
+      }
+      return std::vector<Value>{b.convert(x, et(type))};
+    }, {name + ".out"}, scale_args(3, spatial));
+    register_lowering(name + "_backward", [spatial](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      c10::ScalarType type = ctx.dtype(0);
+      ElementType acc = et(opmath_type(type));
+      Value g = b.convert(ctx.tensor(0), acc);
+      auto out = ctx.int_list(1), in = ctx.int_list(2);
+      bool align = ctx.bool_arg(3);
+      for (int64_t i = spatial - 1; i >= 0; --i) {
+        int64_t dim = 2 + i;
+        Linear1d l = linear_index(b, in[dim], out[i], pixel_scale(in[dim], out[i], align, optional_scale(ctx, 4 + i)),
+                                  align);
+        Value w = weight_along(b, b.convert(l.weight_hi, acc), b.dims(g), dim);
+        Value one = b.splat(b.constant(1.0, acc), b.dims(g));
+        Value to_lo = b.binary("multiply", g, b.binary("subtract", one, w));
+        Value to_hi = b.binary("multiply", g, w);
+        g = b.binary("add", put_add(b, to_lo, dim, l.lo, in[dim]), put_add(b, to_hi, dim, l.hi, in[dim]));
+      }
+      return std::vector<Value>{b.convert(g, et(type))};
+    }, {name + "_backward.grad_input"}, scale_args(4, spatial));
+  }
+
+  // upsample_bicubic2d(self, output_size, align_corners, scales_h, scales_w)
+  // and backward (grad, output_size, input_size, align_corners, scales...).
+  register_lowering("aten::upsample_bicubic2d", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     c10::ScalarType type = ctx.dtype(0);
     ElementType acc = et(opmath_type(type));
     Value x = b.convert(ctx.tensor(0), acc);
     auto size = ctx.int_list(1);
     bool align = ctx.bool_arg(2);
-    for (int i = 0; i < 2; ++i) {
+    for (int64_t i = 0; i < 2; ++i) {
       int64_t dim = 2 + i;
       int64_t in = b.dims(x)[dim];
-      Linear1d l = linear_index(b, in, size[i], pixel_scale(in, size[i], align, optional_scale(ctx, 3 + i)), align);
-      Value lo = take(b, x, dim, l.lo), hi = take(b, x, dim, l.hi);
-      Value w = weight_along(b, b.convert(l.weight_hi, acc), b.dims(lo), dim);
-      x = b.binary("add", lo, b.binary("multiply", w, b.binary("subtract", hi, lo)));
+      Cubic1d c = cubic_index(b, in, size[i], pixel_scale(in, size[i], align, optional_scale(ctx, 3 + i)), align);
+      Value sum;
+      for (int k = 0; k < 4; ++k) {
+        Value tap = take(b, x, dim, c.index[k]);
+        Value term = b.binary("multiply", tap, weight_along(b, b.convert(c.weight[k], acc), b.dims(tap), dim));
+        sum = k == 0 ? term : b.binary("add", sum, term);
+      }
+      x = sum;
     }
     return std::vector<Value>{b.convert(x, et(type))};
-  }, {"aten::upsample_bilinear2d.out"}, {3, 4});
-  // upsample_bilinear2d_backward(grad, output_size, input_size, align_corners, scales_h, scales_w)
-  register_lowering("aten::upsample_bilinear2d_backward", [](LoweringContext& ctx) {
+  }, {"aten::upsample_bicubic2d.out"}, scale_args(3, 2));
+  register_lowering("aten::upsample_bicubic2d_backward", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     c10::ScalarType type = ctx.dtype(0);
     ElementType acc = et(opmath_type(type));
     Value g = b.convert(ctx.tensor(0), acc);
     auto out = ctx.int_list(1), in = ctx.int_list(2);
     bool align = ctx.bool_arg(3);
-    for (int i = 1; i >= 0; --i) {
+    for (int64_t i = 1; i >= 0; --i) {
       int64_t dim = 2 + i;
-      Linear1d l = linear_index(b, in[dim], out[i], pixel_scale(in[dim], out[i], align, optional_scale(ctx, 4 + i)), align);
-      Value w = weight_along(b, b.convert(l.weight_hi, acc), b.dims(g), dim);
-      Value one = b.splat(b.constant(1.0, acc), b.dims(g));
-      Value to_lo = b.binary("multiply", g, b.binary("subtract", one, w));
-      Value to_hi = b.binary("multiply", g, w);
-      g = b.binary("add", put_add(b, to_lo, dim, l.lo, in[dim]), put_add(b, to_hi, dim, l.hi, in[dim]));
+      Cubic1d c = cubic_index(b, in[dim], out[i], pixel_scale(in[dim], out[i], align, optional_scale(ctx, 4 + i)),
+                              align);
+      Value sum;
+      for (int k = 0; k < 4; ++k) {
+        Value part = put_add(b, b.binary("multiply", g, weight_along(b, b.convert(c.weight[k], acc), b.dims(g), dim)),
+                             dim, c.index[k], in[dim]);
+        sum = k == 0 ? part : b.binary("add", sum, part);
+      }
+      g = sum;
     }
     return std::vector<Value>{b.convert(g, et(type))};
-  }, {"aten::upsample_bilinear2d_backward.grad_input"}, {4, 5});
+  }, {"aten::upsample_bicubic2d_backward.grad_input"}, scale_args(4, 2));
 });
 
 }  // namespace
