@@ -171,3 +171,25 @@ def test_bad_input_raises_like_cpu(call, error):
     with pytest.raises(error) as tpu:
         call(a.to(TPU))
     assert type(tpu.value) is type(cpu.value)
+
+
+@pytest.mark.parametrize("driver", ["gels", "gelsy", "gelsd", "gelss"])
+def test_lstsq_every_driver_reports_what_the_cpu_does(driver):
+    a, b = _inputs(torch.float32, 2, 5, 3), _inputs(torch.float32, 2, 5, 2, seed=1)
+    for rhs in (b, b[..., 0]):
+        _close(torch.linalg.lstsq(a, rhs, driver=driver),
+               torch.linalg.lstsq(a.to(TPU), rhs.to(TPU), driver=driver), torch.float32, scale=4)
+    if driver != "gels":
+        wide = a.mT.contiguous()
+        _close(torch.linalg.lstsq(wide, b[..., :3, :], driver=driver),
+               torch.linalg.lstsq(wide.to(TPU), b[..., :3, :].to(TPU), driver=driver), torch.float32,
+               scale=4)
+
+
+def test_lstsq_defaults_to_gels_off_the_cpu_and_rejects_bad_drivers():
+    a, b = _inputs(torch.float64, 6, 3), _inputs(torch.float64, 6, 2, seed=1)
+    got = torch.linalg.lstsq(a.to(TPU), b.to(TPU))
+    want = torch.linalg.lstsq(a, b, driver="gels")
+    _close(want, got, torch.float64, scale=10)
+    with pytest.raises(RuntimeError, match="driver"):
+        torch.linalg.lstsq(a.to(TPU), b.to(TPU), driver="gelsx")

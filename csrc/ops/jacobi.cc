@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/householder.h"
+#include "ops/jacobi.h"
 
 namespace torch_pjrt::ops {
 namespace {
@@ -263,10 +263,6 @@ Eigh eigh(Builder& b, Value a, bool lower, bool vectors) {
   return {sorted.first, vectors ? sorted.second[0] : Value{}};
 }
 
-struct Svd {
-  Value u, s, vh;
-};
-
 // The SVD of a tall (m >= n) batch of matrices.
 Svd svd_tall(Builder& b, Value a, bool full, bool uv) {
   auto d = b.dims(a);
@@ -341,6 +337,19 @@ Svd svd_tall(Builder& b, Value a, bool full, bool uv) {
   return {u, s, adjoint(b, V)};
 }
 
+}  // namespace
+
+Svd svd(Builder& b, Value a, bool full_matrices, bool compute_uv) {
+  auto d = b.dims(a);
+  bool wide = d[d.size() - 2] < d.back();
+  Svd s = svd_tall(b, wide ? adjoint(b, a) : a, full_matrices, compute_uv);
+  // A^H = U' S V'^H, so A = V' S U'^H.
+  if (wide && compute_uv) return {adjoint(b, s.vh), s.s, adjoint(b, s.u)};
+  return s;
+}
+
+namespace {
+
 void check_svd_input(LoweringContext& ctx, const char* op) {
   c10::ScalarType type = ctx.dtype(0);
   TORCH_CHECK(c10::isFloatingType(type) || c10::isComplexType(type), op,
@@ -380,17 +389,12 @@ LoweringRegistrar registrar([] {
     TORCH_CHECK(ctx.is_none(3), "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA "
                 "inputs with cuSOLVER backend.");
     Value a = ctx.tensor(0);
-    bool full = ctx.bool_arg(1), uv = ctx.bool_arg(2);
-    auto d = b.dims(a);
-    int64_t m = d[d.size() - 2], n = d.back();
-    bool wide = m < n;
-    Svd s = svd_tall(b, wide ? adjoint(b, a) : a, full, uv);
+    bool uv = ctx.bool_arg(2);
+    Svd s = svd(b, a, ctx.bool_arg(1), uv);
     if (!uv) {
       Value none = b.zeros(TensorType{b.element_type(a), {0}});
       return std::vector<Value>{none, s.s, none};
     }
-    // A^H = U' S V'^H, so A = V' S U'^H.
-    if (wide) return std::vector<Value>{adjoint(b, s.vh), s.s, adjoint(b, s.u)};
     return std::vector<Value>{s.u, s.s, s.vh};
   }, {"aten::_linalg_svd.U"});
 });

@@ -196,7 +196,7 @@ def _is_tensor(x) -> bool:
 
 def _on_device(x):
     if _is_tensor(x):
-        return x.to(DEVICE)
+        return _same_layout_on_device(x)
     # A sample that names the CPU as its target (Tensor.to("cpu"), device=)
     # names the device under test in the device run.
     if isinstance(x, torch.device) and x.type == "cpu":
@@ -204,6 +204,20 @@ def _on_device(x):
     if isinstance(x, str) and x == "cpu":
         return DEVICE
     return x
+
+
+def _same_layout_on_device(x: torch.Tensor) -> torch.Tensor:
+    """x on the device; a view into a larger storage (a partial view, a
+    strided sample) stays one, over a copy of the whole storage, as a sample
+    made on the device would be."""
+    extent = x.storage_offset() + sum((n - 1) * s for n, s in zip(x.shape, x.stride())) + 1
+    storage = x.untyped_storage().nbytes() // max(1, x.element_size())
+    if x.numel() == 0 or x.layout != torch.strided or (x.storage_offset() == 0 and x.is_contiguous()
+                                                        and extent == storage):
+        return x.to(DEVICE)
+    whole = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage(), 0, (storage,), (1,))
+    view = whole.to(DEVICE).as_strided(x.shape, x.stride(), x.storage_offset())
+    return view.requires_grad_() if x.requires_grad and x.is_leaf else view
 
 
 def to_device(value):
@@ -474,7 +488,8 @@ def backward_sample(op, sample, index: int, tol, timeout: float | None = None) -
     torch_pjrt.reset_metrics()
     try:
         with quiet(), time_limit(timeout):
-            device_leaves = {id(t): t.detach().to(DEVICE).requires_grad_(True) for t in leaves}
+            device_leaves = {id(t): _same_layout_on_device(t.detach()).requires_grad_(True)
+                             for t in leaves}
 
             def move(t):
                 return device_leaves.get(id(t), t.to(DEVICE)) if _is_tensor(t) else _on_device(t)

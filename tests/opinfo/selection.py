@@ -123,16 +123,21 @@ def dtype_named(name: str) -> torch.dtype:
 # OpInfos whose dtypes claim the CPU, but that run on CUDA only (every
 # sample raises on the CPU): op name prefix -> why.
 CUDA_ONLY = {"jiterator_": "CUDA only (jiterator kernels)"}
+# OpInfos that take no tensor and no device: nothing of them runs on one.
+NO_DEVICE = {"broadcast_shapes": "computes a shape from shapes: no tensor and no device argument"}
 
 
-def _cuda_only(op) -> str | None:
+def _not_censused(op) -> str | None:
+    """Why an op of op_db is left out of the census whatever its dtypes."""
+    if op.name in NO_DEVICE:
+        return NO_DEVICE[op.name]
     return next((why for prefix, why in CUDA_ONLY.items() if op.name.startswith(prefix)), None)
 
 
 def census_dtypes(op) -> list[torch.dtype]:
     """float32, int64 (else int32), bool, bfloat16: those the op supports on
     the CPU and PyTorch declares for CUDA."""
-    if _cuda_only(op):
+    if _not_censused(op):
         return []
     both = set(op.supported_dtypes("cpu")) & set(op.supported_dtypes("cuda"))
     chosen = [torch.float32] if torch.float32 in both else []
@@ -176,8 +181,8 @@ def excluded_ops() -> dict[str, str]:
             continue
         cpu = {dtype_name(d) for d in op.supported_dtypes("cpu")}
         cuda = {dtype_name(d) for d in op.supported_dtypes("cuda")}
-        if _cuda_only(op):
-            out[key] = _cuda_only(op)
+        if _not_censused(op):
+            out[key] = _not_censused(op)
         elif not cpu:
             out[key] = "no CPU implementation"
         elif not cuda:
