@@ -193,3 +193,26 @@ def test_lstsq_defaults_to_gels_off_the_cpu_and_rejects_bad_drivers():
     _close(want, got, torch.float64, scale=10)
     with pytest.raises(RuntimeError, match="driver"):
         torch.linalg.lstsq(a.to(TPU), b.to(TPU), driver="gelsx")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64, torch.bfloat16], ids=str)
+def test_matrix_exp_matches_a_float64_reference(dtype):
+    # Scaled so that several squarings run; the reference is the CPU's in
+    # float64 (its bfloat16 kernel returns NaN for these inputs).
+    a = _inputs(torch.float64, 3, 5, 5) * torch.tensor([0.1, 3.0, 9.0], dtype=torch.float64)[:, None, None]
+    a = a.to(dtype)
+    want = torch.linalg.matrix_exp(a.to(torch.complex128 if dtype.is_complex else torch.float64))
+    got = torch.linalg.matrix_exp(a.to(TPU)).cpu()
+    assert got.dtype == dtype
+    tol = {torch.float64: 1e-12, torch.bfloat16: 1e-2}.get(dtype, 1e-6)
+    torch.testing.assert_close(got.to(want.dtype), want, rtol=tol, atol=tol * float(want.abs().max()))
+    assert torch.linalg.matrix_exp(torch.zeros(2, 0, 0).to(TPU)).shape == (2, 0, 0)
+
+
+def test_matrix_exp_gradient_matches_cpu():
+    x = _inputs(torch.float64, 3, 3)
+    grads = []
+    for device in ("cpu", TPU):
+        leaf = x.to(device).requires_grad_()
+        grads.append(torch.autograd.grad(torch.linalg.matrix_exp(leaf).square().sum(), leaf)[0].cpu())
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-10, atol=1e-10)
