@@ -1,5 +1,6 @@
 """cdist and pdist on tpu (csrc/ops/distances.cc) against CPU PyTorch for
-each form of p, with batch broadcasting and the CPU's errors."""
+each form of p, forward and backward, with batch broadcasting and the CPU's
+errors."""
 
 from __future__ import annotations
 
@@ -34,6 +35,24 @@ def test_large_sets_and_gradient():
     xt = a.to(TPU).requires_grad_()
     torch.cdist(xt, c.to(TPU)).sum().backward()
     torch.testing.assert_close(xt.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")])
+def test_gradients_of_cdist_and_pdist_match_cpu(p):
+    g = torch.Generator().manual_seed(2)
+    x1, x2 = torch.randn(2, 4, 3, generator=g, dtype=torch.float64), torch.randn(5, 3, generator=g,
+                                                                              dtype=torch.float64)
+    x2[0] = x1[0, 0]  # a zero distance, and zero differences
+    torch_pjrt.reset_metrics()
+    grads = []
+    for device in ("cpu", TPU):
+        a, c = x1.clone().to(device).requires_grad_(), x2.clone().to(device).requires_grad_()
+        rows = x1[0].clone().to(device).requires_grad_()
+        loss = (torch.cdist(a, c, p) ** 2).sum() + (torch.pdist(rows, p) ** 2).sum()
+        grads.append([t.cpu() for t in torch.autograd.grad(loss, (a, c, rows))])
+    for want, got in zip(*grads):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
 
 
 @pytest.mark.parametrize("call", [
