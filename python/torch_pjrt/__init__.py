@@ -20,6 +20,7 @@ from ._compile import compile_report, explain, reset_compile_report
 from ._settings import Settings, settings
 from ._eager_mode import eager_mode, flush_pending, get_eager_mode, set_eager_mode
 from . import runtime
+from ._exit import drain_at_exit
 from .kernels import jax_op, stablehlo_op
 
 
@@ -58,19 +59,9 @@ def _start_runtime() -> None:
         warnings.warn(f"torch_pjrt: no device available: {error}", RuntimeWarning, stacklevel=3)
 
 
-def _drain_at_exit() -> None:
-    # Work still in flight when the interpreter exits would finish on plugin
-    # threads after torch's own teardown; wait for it first.
-    if _C._runtime_initialized():
-        try:
-            _C._synchronize(-1)
-        except Exception:  # an error of unread work; nothing left to tell
-            pass
-
-
 _register_device()
 _start_runtime()
-atexit.register(_drain_at_exit)
+atexit.register(drain_at_exit)
 from . import _eager_mode  # noqa: E402
 
 _eager_mode.install_optimizer_hook()
