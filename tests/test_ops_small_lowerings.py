@@ -114,3 +114,33 @@ def test_replicate_padding_that_crops_past_an_edge(pad):
     _same(y.detach(), yt.detach())
     w = torch.randn(y.shape, generator=torch.Generator().manual_seed(5))
     _same(torch.autograd.grad((y * w).sum(), x)[0], torch.autograd.grad((yt * w.to(TPU)).sum(), xt)[0])
+
+
+def _input_grad(fn, x, *rest):
+    grads = []
+    for device in ("cpu", TPU):
+        leaf = x.clone().to(device).requires_grad_()
+        out = fn(leaf, *[t.to(device) for t in rest])
+        w = torch.randn(out.shape, generator=torch.Generator().manual_seed(6)).to(device)
+        grads.append(torch.autograd.grad((out * w).sum(), leaf)[0].cpu())
+    return grads
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("p", [1, 2])
+def test_multi_margin_loss_gradient(p, reduction):
+    g = torch.Generator().manual_seed(7)
+    x, w = torch.randn(4, 5, generator=g), torch.rand(5, generator=g)
+    y = torch.tensor([0, 3, 4, 1])
+    want, got = _input_grad(lambda a, b, c: F.multi_margin_loss(a, b, p=p, margin=0.7, weight=c,
+                                                                reduction=reduction), x, y, w)
+    _same(want, got)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_multilabel_margin_loss_gradient(reduction):
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(8))
+    # Lists end at the first -1; a class may be listed twice.
+    t = torch.tensor([[3, 0, -1, 1, 2], [1, 1, 4, -1, 0], [0, 1, 2, 3, 4], [-1, 0, 0, 0, 0]])
+    want, got = _input_grad(lambda a, b: F.multilabel_margin_loss(a, b, reduction=reduction), x, t)
+    _same(want, got)
