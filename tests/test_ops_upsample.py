@@ -1,6 +1,6 @@
 """interpolate's separable modes on tpu (csrc/ops/upsample.cc): nearest and
-nearest-exact in 1-3 D, linear, bilinear, trilinear and bicubic, forward and
-backward, sizes and scale factors, against CPU PyTorch with no fallback."""
+nearest-exact in 1-3 D, linear, bilinear, trilinear, bicubic and
+antialiased bilinear, forward and backward, sizes and scale factors, against CPU PyTorch with no fallback."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ CASES = [
     ("trilinear", (1, 1, 2, 3, 2), dict(scale_factor=2.5, align_corners=True)),
     ("bicubic", (2, 2, 4, 5), dict(size=(7, 3), align_corners=False)),
     ("bicubic", (1, 3, 3, 3), dict(scale_factor=2.2, align_corners=True)),
+    ("bilinear", (2, 2, 10, 7), dict(size=(4, 9), antialias=True, align_corners=False)),
+    ("bilinear", (1, 2, 9, 5), dict(size=(2, 3), antialias=True, align_corners=True)),
 ]
 
 
