@@ -101,6 +101,20 @@ BufferPtr scalar_buffer_int(int device, pjrt::ElementType type, int64_t value) {
   return upload_scalar(device, type, &bits, bits);
 }
 
+BufferPtr scalar_buffer_complex(int device, pjrt::ElementType type, double re, double im) {
+  if (type == pjrt::ElementType::kC64) {
+    float parts[2] = {static_cast<float>(re), static_cast<float>(im)};
+    uint64_t bits;
+    std::memcpy(&bits, parts, 8);
+    return upload_scalar(device, type, parts, bits);
+  }
+  TORCH_INTERNAL_ASSERT(type == pjrt::ElementType::kC128, "torch_pjrt: not a complex type");
+  // 16 bytes do not fit the cache key: uploaded each time.
+  double parts[2] = {re, im};
+  auto& client = runtime().client();
+  return std::make_shared<pjrt::Buffer>(pjrt::Buffer::from_host(client, client->device(device), parts, type, {}));
+}
+
 namespace {
 std::atomic<int64_t> syncs{0};
 }  // namespace

@@ -27,6 +27,8 @@ std::vector<BufferPtr> run_program(const Program& program, const std::vector<Buf
 // values are reused, so a changing learning rate costs one small copy.
 BufferPtr scalar_buffer(int device, pjrt::ElementType type, double value);
 BufferPtr scalar_buffer_int(int device, pjrt::ElementType type, int64_t value);
+// A complex64 or complex128 scalar.
+BufferPtr scalar_buffer_complex(int device, pjrt::ElementType type, double re, double im);
 
 // Runs the pending fused graphs, then waits for every program and copy
 // launched so far on `device` (-1: all).

@@ -200,6 +200,14 @@ void add_scalar_param(PreparedCall& call, ElementType type, double value, int64_
                                  : scalar_buffer(call.device, type, value));
 }
 
+void add_complex_param(PreparedCall& call, ElementType type, double re, double im) {
+  call.key.dtype(1000 + static_cast<int64_t>(type));
+  call.param_types.push_back(hlo::TensorType{type, {}});
+  call.logical.emplace_back();
+  call.permuted.emplace_back();
+  call.inputs.push_back(scalar_buffer_complex(call.device, type, re, im));
+}
+
 int find_device(const std::string& op, const std::vector<c10::IValue>& args) {
   for (const auto& v : args) {
     if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_privateuseone()) {
@@ -255,8 +263,13 @@ PreparedCall prepare(const std::string& op, const ops::Lowering& lowering,
         ElementType type = ops::to_element_type(t.scalar_type());
         call.key.attr(a.wrapped_number);
         c10::Scalar s = t.item();
-        add_scalar_param(call, type, s.toDouble(), s.isIntegral(true) ? s.toLong() : 0,
-                         !hlo::is_float(type));
+        if (s.isComplex()) {
+          c10::complex<double> z = s.toComplexDouble();
+          add_complex_param(call, type, z.real(), z.imag());
+        } else {
+          add_scalar_param(call, type, s.toDouble(), s.isIntegral(true) ? s.toLong() : 0,
+                           !hlo::is_float(type));
+        }
       } else {
         check_device(op, t, call.device);
         a.kind = LoweringArg::Kind::kTensor;
@@ -309,11 +322,15 @@ PreparedCall prepare(const std::string& op, const ops::Lowering& lowering,
       call.key.attr("none");
     } else if (is_scalar_schema(formal.type()) && !static_scalar && (v.isScalar())) {
       c10::Scalar s = v.toScalar();
-      TORCH_CHECK_NOT_IMPLEMENTED(!s.isComplex(), "torch_pjrt: ", op,
-                                  " with a complex Python number is not supported on tpu");
       a.kind = LoweringArg::Kind::kScalar;
       a.wrapped_number = true;
-      if (s.isBoolean()) {
+      if (s.isComplex()) {
+        // A complex Python number: complex128 where float64 is in play,
+        // else complex64 (the type torch's promotion then narrows to).
+        a.dtype = at::kComplexDouble;
+        c10::complex<double> z = s.toComplexDouble();
+        add_complex_param(call, f64 ? ElementType::kC128 : ElementType::kC64, z.real(), z.imag());
+      } else if (s.isBoolean()) {
         a.dtype = at::kBool;
         add_scalar_param(call, ElementType::kPred, 0, s.toBool(), true);
       } else if (s.isIntegral(false)) {
