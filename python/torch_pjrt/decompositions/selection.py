@@ -27,14 +27,10 @@ EXCLUDED: dict[str, str] = {
     # Named for the CPU's own flash kernel; torch never calls it for tpu.
     "aten::_scaled_dot_product_flash_attention_for_cpu": "a CPU-only kernel's entry point",
 }
-# torch's references for these end in a primitive whose eager kernel is the
-# op itself, so on tpu the decomposition would only come back to the op (the
-# kernel in __init__.py sends such a call to the CPU if one is missed here).
-_LOOPS_BACK = (
-    "igamma.out", "igammac.out", "special_bessel_j0.out", "special_bessel_j1.out",
-    "special_spherical_bessel_j0.out",
-)
-EXCLUDED.update({f"aten::{name}": "its decomposition calls the op itself" for name in _LOOPS_BACK})
+# A reference that ends in a primitive whose eager kernel is the op itself
+# would come back to the op; the ops that did (igamma, some Bessel
+# functions) have lowerings now, and the kernel in __init__.py sends any
+# such call to the CPU fallback at run time.
 
 
 def _routes_to_fallback(name: str, lowered: set[str]) -> bool:
