@@ -116,18 +116,18 @@ def test_cpu_fallback_is_named_with_its_time(tmp_path):
                                "--timed-steps", "2")
     assert code == 0, output
     ops = {o["op"]: o for o in report["census"]["ops"]}
-    assert ops["aten::_linalg_svd"]["status"] == "fallback"
-    assert ops["aten::_linalg_svd"]["fallback_ops"] == ["aten::_linalg_svd.U"]  # its out= kernel
-    assert ops["aten::_linalg_svd"]["fallback_s"] > 0
+    assert ops["aten::linalg_eig"]["status"] == "fallback"
+    assert ops["aten::linalg_eig"]["fallback_ops"] == ["aten::linalg_eig"]
+    assert ops["aten::linalg_eig"]["fallback_s"] > 0
     assert report["census"]["totals"]["fallback"] >= 1 and report["census"]["totals"]["fallback_s"] > 0
-    assert any(a["item"].startswith("aten::_linalg_svd") for a in report["adaptation"])
+    assert any(a["item"].startswith("aten::linalg_eig") for a in report["adaptation"])
     syncs = {(s["site"], s["op"]): s["count"] for s in report["census"]["syncs"]}
-    assert syncs.get(("fallback.py:17", "aten::_local_scalar_dense")) == 1, syncs
-    assert any(a["kind"] == "sync" and a["item"].startswith("fallback.py:17") for a in report["adaptation"])
+    assert syncs.get(("fallback.py:18", "aten::_local_scalar_dense")) == 1, syncs
+    assert any(a["kind"] == "sync" and a["item"].startswith("fallback.py:18") for a in report["adaptation"])
 
 
 def test_op_that_raises_on_the_device_is_unsupported(tmp_path):
-    env = dict(os.environ, TORCH_PJRT_FALLBACK="error")  # the fallback refused: the SVD raises on tpu
+    env = dict(os.environ, TORCH_PJRT_FALLBACK="error")  # the fallback refused: eig raises on tpu
     out = tmp_path / "report"
     proc = subprocess.run([sys.executable, "-m", "torch_pjrt.readiness", str(WORKLOADS / "fallback.py"),
                            "--modes", "strict", "--out", str(out)],
@@ -136,12 +136,12 @@ def test_op_that_raises_on_the_device_is_unsupported(tmp_path):
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     check_files(out, report)
     tpu = part(report, "tpu strict")
-    assert tpu["status"] == "error" and "_linalg_svd" in tpu["detail"]
+    assert tpu["status"] == "error" and "linalg_eig" in tpu["detail"]
     assert tpu["correctness"]["status"] == "error"
     ops = {o["op"]: o for o in report["census"]["ops"]}
-    assert ops["aten::_linalg_svd"]["status"] == "unsupported"
+    assert ops["aten::linalg_eig"]["status"] == "unsupported"
     assert report["census"]["totals"]["unsupported"] == 1
-    assert any(a["item"] == "aten::_linalg_svd" and a["effort"] == "large"
+    assert any(a["item"] == "aten::linalg_eig" and a["effort"] == "large"
                for a in report["adaptation"])
 
 
