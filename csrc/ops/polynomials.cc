@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "ops/arith.h"
+#include "ops/helpers.h"
 
 namespace torch_pjrt::ops {
 namespace {
@@ -34,7 +34,28 @@ struct Family {
   std::function<Value(Builder&, Value k, Value x, Value p, Value q)> step;
 };
 
-struct Ops : Arith {
+struct Ops {
+  Builder& b;
+  Value like;  // any T-typed value of the elements' shape
+  Value c(double v) const { return b.splat(b.constant(v, b.element_type(like)), b.dims(like)); }
+  Value ci(int64_t v) const {
+    return b.splat(b.constant_int(v, ElementType::kS64), b.dims(like));
+  }
+  Value add(Value x, Value y) const { return b.binary("add", x, y); }
+  Value sub(Value x, Value y) const { return b.binary("subtract", x, y); }
+  Value mul(Value x, Value y) const { return b.binary("multiply", x, y); }
+  Value div(Value x, Value y) const { return b.binary("divide", x, y); }
+  Value eq(Value x, Value y) const { return b.compare(x, y, hlo::Compare::kEq); }
+  Value ne(Value x, Value y) const { return b.compare(x, y, hlo::Compare::kNe); }
+  Value lt(Value x, Value y) const { return b.compare(x, y, hlo::Compare::kLt); }
+  Value gt(Value x, Value y) const { return b.compare(x, y, hlo::Compare::kGt); }
+  Value both(Value x, Value y) const { return b.binary("and", x, y); }
+  Value either(Value x, Value y) const { return b.binary("or", x, y); }
+  Value sel(Value p, Value t, Value f) const { return b.select(p, t, f); }
+  Value abs(Value x) const { return b.unary("abs", x); }
+  Value cos(Value x) const { return b.unary("cosine", x); }
+  Value sin(Value x) const { return b.unary("sine", x); }
+  Value acos(Value x) const { return b.unary("chlo.acos", x); }
   Value even(Value n) const {
     return eq(b.binary("remainder", n, ci(2)), ci(0));
   }
