@@ -16,6 +16,7 @@
 #include "backend/generator.h"
 #include "backend/graph.h"
 #include "eager/program_cache.h"
+#include "eager/mapping_budget.h"
 #include "backend/runtime_state.h"
 #include "backend/settings.h"
 #include "eager/op_kernel.h"
@@ -139,6 +140,7 @@ py::dict counters() {
   out["cache_hits_disk"] = stats.disk_hits.load();
   out["cache_disk_rejects"] = stats.disk_rejects.load();
   out["compile_seconds"] = stats.compile_microseconds.load() / 1e6;
+  out["programs_released"] = programs_released();
   out["executions"] = c.executions.load();
   out["host_to_device_bytes"] = c.host_to_device_bytes.load();
   out["device_to_host_bytes"] = c.device_to_host_bytes.load();
@@ -169,6 +171,7 @@ void reset_counters() {
   reset_fallback_counts();
   reset_recompile_reasons();
   reset_host_syncs();
+  reset_programs_released();
   if (!runtime_initialized()) return;
   runtime().cache().stats().reset();
   runtime().client()->counters().reset();
@@ -355,6 +358,12 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));
   });
   m.def("_runtime_initialized", &runtime_initialized);
+  // The mapping budget (eager/mapping_budget.h): tests lower the limit to
+  // see least recently used programs released and compiled again.
+  m.def("_process_mappings", &process_mappings);
+  m.def("_mapping_limit", &mapping_limit);
+  m.def("_set_mapping_limit", &set_mapping_limit, py::arg("limit"));
+  m.def("_release_least_recent_programs", &release_least_recent_programs);
   m.def("_runtime_info", &runtime_info);
   m.def("_counters", &counters);
   m.def("_reset_counters", &reset_counters);

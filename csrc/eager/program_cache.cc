@@ -2,15 +2,20 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <map>
 #include <mutex>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "backend/runtime_state.h"
 #include "backend/settings.h"
+#include "eager/mapping_budget.h"
 #include "pjrt/program_signature.h"
 
 namespace torch_pjrt::backend {
@@ -25,6 +30,8 @@ std::unordered_map<pjrt::Hash128, std::unique_ptr<Program>, pjrt::Hash128Hasher>
 std::map<std::string, OpHistory> history;
 std::map<std::string, int64_t> reasons;
 std::atomic<int64_t> hits{0};
+std::atomic<uint64_t> use_clock{0};
+std::atomic<int64_t> released{0};
 
 std::pair<uint64_t, uint64_t> pair_of(const pjrt::Hash128& h) { return {h.high, h.low}; }
 
@@ -131,13 +138,49 @@ const Program& program_for(const ProgramKey& key, const std::function<void(hlo::
   return *it->second;
 }
 
-const std::shared_ptr<pjrt::Executable>& Program::executable() const {
+std::shared_ptr<pjrt::Executable> Program::executable() const {
+  last_used_.store(++use_clock, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(compile_mutex_);
+    if (executable_) return executable_;
+  }
+  // A compile adds mappings; make room first if the process nears the limit.
+  if (mappings_under_pressure()) release_least_recent_programs();
   std::lock_guard<std::mutex> lock(compile_mutex_);
   if (executable_) return executable_;
   executable_ = compile_program(op, identifier(op), mlir, options_);
   note_compile_reason(reason_);
   return executable_;
 }
+
+size_t release_least_recent_programs() {
+  std::vector<std::shared_ptr<pjrt::Executable>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::vector<std::pair<uint64_t, const Program*>> live;
+    for (const auto& [key, program] : programs) {
+      // A program compiling or running its lookup now is skipped.
+      std::unique_lock<std::mutex> hold(program->compile_mutex_, std::try_to_lock);
+      if (hold && program->executable_) live.emplace_back(program->last_used_.load(), program.get());
+    }
+    std::sort(live.begin(), live.end());
+    live.resize(live.size() / 2);
+    for (const auto& [stamp, program] : live) {
+      std::unique_lock<std::mutex> hold(program->compile_mutex_, std::try_to_lock);
+      if (hold && program->executable_) dropped.push_back(std::move(program->executable_));
+    }
+  }
+  std::unordered_set<const pjrt::Executable*> gone;
+  for (const auto& e : dropped) gone.insert(e.get());
+  runtime().cache().release(gone);
+  released += static_cast<int64_t>(dropped.size());
+  // Work in flight keeps what it runs alive on the plugin's side; the last
+  // reference here goes now.
+  return dropped.size();
+}
+
+int64_t programs_released() { return released.load(); }
+void reset_programs_released() { released = 0; }
 
 void note_compile_reason(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex);

@@ -6,6 +6,7 @@
 
 #include <c10/util/ArrayRef.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -55,17 +56,29 @@ struct Program {
   std::string op;    // what the key named ("aten::add.Tensor")
   std::string mlir;  // the module, as built
   pjrt::Hash128 key;
-  // Compiles on the first call (recording the recompile reason then).
-  const std::shared_ptr<pjrt::Executable>& executable() const;
+  // Compiles on the first call (recording the recompile reason then), and
+  // again after the program was released (see release_least_recent_programs).
+  std::shared_ptr<pjrt::Executable> executable() const;
 
  private:
   friend const Program& program_for(const ProgramKey&, const std::function<void(hlo::Builder&)>&,
                                     const pjrt::CompileOptions&);
+  friend size_t release_least_recent_programs();
   pjrt::CompileOptions options_;
   std::string reason_;
   mutable std::mutex compile_mutex_;
   mutable std::shared_ptr<pjrt::Executable> executable_;
+  mutable std::atomic<uint64_t> last_used_{0};
 };
+
+// Drops the executables of the least recently used half of the programs
+// that hold one (a program compiles again, or loads from the disk cache, on
+// its next run); returns how many were dropped. Called before a compile
+// when the process nears the kernel's mapping limit (mapping_budget.h).
+size_t release_least_recent_programs();
+// Executables dropped that way since the counters were last reset.
+int64_t programs_released();
+void reset_programs_released();
 
 // The program for `key`, building it with `build` on a miss. `build` gets a
 // fresh builder named after the op, declares parameters and sets outputs.

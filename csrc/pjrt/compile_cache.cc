@@ -160,6 +160,20 @@ void CompileCache::clear_memory() {
   entries_.clear();
 }
 
+size_t CompileCache::release(const std::unordered_set<const Executable*>& gone) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t released = 0;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (gone.count(it->second.get())) {
+      it = entries_.erase(it);
+      ++released;
+    } else {
+      ++it;
+    }
+  }
+  return released;
+}
+
 CompileCache::Lookup CompileCache::get_or_compile(std::string_view mlir,
                                                   const CompileOptions& options) {
   auto start = std::chrono::steady_clock::now();

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "pjrt/client.h"
 #include "pjrt/compile_options.h"
@@ -57,6 +58,9 @@ class CompileCache {
   size_t memory_entries() const;
   // Forgets the in-memory executables (the disk copies stay).
   void clear_memory();
+  // Forgets the in-memory entries holding one of `gone` (the disk copies
+  // stay); returns how many went.
+  size_t release(const std::unordered_set<const Executable*>& gone);
 
   CacheStats& stats() { return stats_; }
 

@@ -26,6 +26,9 @@ def metrics() -> dict[str, Any]:
         "recompile_reasons": dict(counters.get("recompile_reasons", {})),
         "host_syncs": counters.get("host_syncs", 0),
         "compile_seconds": counters.get("compile_seconds", 0.0),
+        # Programs whose executables were dropped, least recently used first,
+        # because the process neared the kernel's limit on memory mappings.
+        "programs_released": counters.get("programs_released", 0),
         "cache_disk_rejects": counters.get("cache_disk_rejects", 0),
         # Within torch_pjrt.runtime.timeline(): device time running programs,
         # and the gaps between one program's end and the next one's launch.
