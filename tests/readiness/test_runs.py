@@ -160,9 +160,13 @@ def test_budget_expiry_writes_a_partial_report(tmp_path):
 
 def test_interrupted_run_writes_a_partial_report(tmp_path):
     out = tmp_path / "report"
+    # Ctrl-C's default action in the child, whatever this process inherited:
+    # a shell running the suite as a background job ignores SIGINT, and a
+    # Python started with SIGINT ignored never raises KeyboardInterrupt.
     proc = subprocess.Popen([sys.executable, "-m", "torch_pjrt.readiness", str(WORKLOADS / "slow.py"),
                              "--modes", "strict", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     record = out / "parts" / "cpu-eager.json"
     deadline = time.time() + 60
     while time.time() < deadline:
