@@ -150,15 +150,14 @@ def test_moe_forward_compiled_matches_cpu(impl):
 
 
 @pytest.mark.parametrize("family", ["mixtral", "gpt_oss"])
-@pytest.mark.parametrize("gathered", [True, False])
-def test_experts_kernel_both_paths_match_eager_experts(family, gathered, monkeypatch):
-    """Off TPU the kernel gathers each row's expert weights; on TPU (and past
-    GATHER_LIMIT) it sorts rows by expert and uses ragged dots. Both are
-    checked here against the CPU eager experts loop, with gradients."""
+@pytest.mark.parametrize("method", ["blocks", "ragged"])
+def test_experts_kernel_both_paths_match_eager_experts(family, method, monkeypatch):
+    """Off TPU the kernel runs rows in expert blocks; on TPU it sorts rows by
+    expert and uses ragged dots. Both are checked here against the CPU eager
+    experts loop, with gradients."""
     from torch_pjrt.kernels import moe_experts as moe
 
-    monkeypatch.setattr(moe, "GATHER_LIMIT", 1 << 30 if gathered else 0)
-    monkeypatch.setattr(moe, "GATHER_MIN_EXPERTS", 1)
+    monkeypatch.setattr(moe, "_method", lambda: method)
     torch.manual_seed(0)
     cfg = _config(family)
     cpu = transformers.AutoModelForCausalLM.from_config(

@@ -4,12 +4,13 @@ Transformers' experts implementations (`experts_implementation="torch_pjrt"`).
 Transformers' `grouped_mm` path runs about twenty ops per MoE layer (sort,
 gather, histc, cumsum, two grouped matmuls, gating, the inverse
 permutation, the sum over top-k); its `eager` path loops over experts and
-reads which are hit on the host. Here the whole block (routing by sort,
-group sizes, both grouped matmuls as `lax.ragged_dot`, gating, combine) is
-one JAX function registered with `jax_op`: one launch in strict eager, one
+reads which are hit on the host. Here the whole block (routing, both
+expert products, gating, combine) is one JAX function registered with `jax_op`: one launch in strict eager, one
 call inlined into compiled programs, gradients from `jax.vjp`. On TPU the
-ragged dots lower to XLA's ragged dot; on other platforms JAX lowers them
-to dense products masked per group.
+rows are sorted by expert and both products are `lax.ragged_dot`, XLA's
+ragged dot there; on other platforms, which would expand a ragged dot into
+dense products masked per expert, the rows run in expert blocks
+(`expert_blocks.py`).
 
 Supported expert layouts: gated (`gate_up_proj`, concatenated [gate; up] or
 GPT-OSS's interleaved columns with its clamped SwiGLU) or ungated
@@ -33,7 +34,7 @@ _ACTIVATIONS = {"SiLUActivation": "silu", "SiLU": "silu", "GELUActivation": "gel
 
 
 def _kernel(x, idx, weights, w_up, w_down, b_up=None, b_down=None, *, transposed: bool,
-            gate: str, act: str, limit: float, alpha: float, gathered: bool):
+            gate: str, act: str, limit: float, alpha: float, method: str):
     import jax
     import jax.numpy as jnp
 
@@ -42,29 +43,6 @@ def _kernel(x, idx, weights, w_up, w_down, b_up=None, b_down=None, *, transposed
     up_t = w_up if transposed else jnp.swapaxes(w_up, 1, 2)      # [E, H, 2I or I]
     down_t = w_down if transposed else jnp.swapaxes(w_down, 1, 2)  # [E, I, H]
     flat = idx.reshape(-1).astype(jnp.int32)
-    if gathered:
-        # Each (token, choice) row against its own expert's weights, gathered:
-        # exactly the useful multiply-adds, no sort, for platforms without a
-        # ragged dot (where it would be a dense product masked per expert).
-        order = None
-        ids = flat
-        rows = jnp.repeat(x, top_k, axis=0)
-
-        def matmul(v, w_t):
-            return jnp.einsum("sh,shn->sn", v.astype(w_t.dtype), w_t[ids],
-                              preferred_element_type=jnp.float32)
-    else:
-        order = jnp.argsort(flat, stable=True)
-        ids = flat[order]
-        rows = x[order // top_k]
-        sizes = jnp.bincount(ids, length=experts).astype(jnp.int32)
-
-        def matmul(v, w_t):
-            return jax.lax.ragged_dot(v.astype(w_t.dtype), w_t, sizes,
-                                      preferred_element_type=jnp.float32)
-    h = matmul(rows, up_t)
-    if b_up is not None:
-        h = h + b_up[ids].astype(jnp.float32)
 
     def activate(v):
         if act == "silu":
@@ -75,22 +53,52 @@ def _kernel(x, idx, weights, w_up, w_down, b_up=None, b_down=None, *, transposed
             return jax.nn.gelu(v, approximate=True)
         return jax.nn.relu(v)
 
-    if gate == "none":
-        h = activate(h)
-    elif gate == "interleaved":  # GPT-OSS: clamped SwiGLU on (gate, up) column pairs
-        g, u = h[:, ::2], h[:, 1::2]
-        g = jnp.minimum(g, limit)
-        u = jnp.clip(u, -limit, limit)
-        h = (u + 1) * (g * jax.nn.sigmoid(g * alpha))
-    else:
+    def gated(h):
+        if gate == "none":
+            return activate(h)
+        if gate == "interleaved":  # GPT-OSS: clamped SwiGLU on (gate, up) column pairs
+            g, u = h[:, ::2], h[:, 1::2]
+            g = jnp.minimum(g, limit)
+            u = jnp.clip(u, -limit, limit)
+            return (u + 1) * (g * jax.nn.sigmoid(g * alpha))
         half = h.shape[-1] // 2
-        h = activate(h[:, :half]) * h[:, half:]
-    out = matmul(h, down_t)
-    if b_down is not None:
-        out = out + b_down[ids].astype(jnp.float32)
-    routed = weights.reshape(-1) if order is None else weights.reshape(-1)[order]
-    out = out * routed[:, None].astype(jnp.float32)
-    if order is not None:
+        return activate(h[:, :half]) * h[:, half:]
+
+    if method == "blocks":
+        from .expert_blocks import block_layout, block_size, expert_blocks
+
+        def block(xb, up_e, down_e, *bias):
+            h = jnp.dot(xb.astype(up_e.dtype), up_e, preferred_element_type=jnp.float32)
+            if bias:
+                h = h + bias[0].astype(jnp.float32)
+            h = gated(h)
+            out = jnp.dot(h.astype(down_e.dtype), down_e, preferred_element_type=jnp.float32)
+            if bias:
+                out = out + bias[1].astype(jnp.float32)
+            return out
+
+        params = [up_t, down_t] + ([b_up, b_down] if b_up is not None else [])
+        layout = block_layout(flat, experts, block_size(flat.shape[0], experts))
+        out = expert_blocks(block, jnp.repeat(x, top_k, axis=0), layout, params,
+                            down_t.shape[2])
+        out = out * weights.reshape(-1)[:, None].astype(jnp.float32)
+    else:
+        # Rows sorted by expert, both products as ragged dots (XLA's grouped
+        # GEMM on TPU).
+        order = jnp.argsort(flat, stable=True)
+        ids = flat[order]
+        sizes = jnp.bincount(ids, length=experts).astype(jnp.int32)
+
+        def matmul(v, w_t):
+            return jax.lax.ragged_dot(v.astype(w_t.dtype), w_t, sizes,
+                                      preferred_element_type=jnp.float32)
+        h = matmul(x[order // top_k], up_t)
+        if b_up is not None:
+            h = h + b_up[ids].astype(jnp.float32)
+        out = matmul(gated(h), down_t)
+        if b_down is not None:
+            out = out + b_down[ids].astype(jnp.float32)
+        out = out * weights.reshape(-1)[order][:, None].astype(jnp.float32)
         out = jnp.zeros_like(out).at[order].set(out)
     return out.reshape(tokens, top_k, -1).sum(axis=1).astype(x.dtype)
 
@@ -98,19 +106,19 @@ def _kernel(x, idx, weights, w_up, w_down, b_up=None, b_down=None, *, transposed
 def _make_op(with_bias: bool):
     from .from_jax import jax_op
 
-    statics = "bool transposed, str gate, str act, float limit, float alpha, bool gathered"
+    statics = "bool transposed, str gate, str act, float limit, float alpha, str method"
     if with_bias:
         def fn(x, idx, weights, w_up, w_down, b_up, b_down, transposed, gate, act, limit, alpha,
-               gathered):
+               method):
             return _kernel(x, idx, weights, w_up, w_down, b_up, b_down, transposed=transposed,
-                           gate=gate, act=act, limit=limit, alpha=alpha, gathered=gathered)
+                           gate=gate, act=act, limit=limit, alpha=alpha, method=method)
         schema = (f"(Tensor x, Tensor idx, Tensor weights, Tensor w_up, Tensor w_down, "
                   f"Tensor b_up, Tensor b_down, {statics}) -> Tensor")
         return jax_op("torch_pjrt::moe_experts_bias", fn, schema=schema)
 
-    def fn(x, idx, weights, w_up, w_down, transposed, gate, act, limit, alpha, gathered):
+    def fn(x, idx, weights, w_up, w_down, transposed, gate, act, limit, alpha, method):
         return _kernel(x, idx, weights, w_up, w_down, transposed=transposed, gate=gate,
-                       act=act, limit=limit, alpha=alpha, gathered=gathered)
+                       act=act, limit=limit, alpha=alpha, method=method)
     schema = (f"(Tensor x, Tensor idx, Tensor weights, Tensor w_up, Tensor w_down, "
               f"{statics}) -> Tensor")
     return jax_op("torch_pjrt::moe_experts", fn, schema=schema)
@@ -121,23 +129,12 @@ def _op(with_bias: bool):
     return registered(("moe_experts", with_bias), lambda: _make_op(with_bias))
 
 
-# Gathered weights per row up to this many elements (64 MiB of float32),
-# from this many experts up; otherwise the ragged dot.
-GATHER_LIMIT = 1 << 24
-GATHER_MIN_EXPERTS = 16
-
-
-def _gather_weights(rows: int, w_up: torch.Tensor, w_down: torch.Tensor) -> bool:
-    """On TPU the ragged dot is XLA's grouped GEMM. Elsewhere JAX expands it
-    to a dense product per expert: with many experts (Qwen3's 128),
-    gathering each row's weights does far less work; with few (Mixtral's
-    8) the dense products cost less than the copy (measured on the CPU
-    plugin, benchmarks/moe.py)."""
+def _method() -> str:
+    """On TPU the ragged dots are XLA's grouped GEMM. Elsewhere JAX would
+    expand each into a dense product per expert masked to its rows, so the
+    rows run in expert blocks instead (`expert_blocks.py`)."""
     from ._custom_op import platform
-    if platform() == "tpu" or w_up.shape[0] < GATHER_MIN_EXPERTS:
-        return False
-    per_row = max(w_up[0].numel(), w_down[0].numel())
-    return rows * per_row <= GATHER_LIMIT
+    return "ragged" if platform() == "tpu" else "blocks"
 
 
 def moe_experts(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
@@ -156,12 +153,12 @@ def moe_experts(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch
         raise ValueError(f"moe_experts: unknown activation {act!r}")
     if (b_up is None) != (b_down is None):
         raise ValueError("moe_experts: give both biases or neither")
-    gathered = _gather_weights(top_k_index.numel(), w_up, w_down)
+    method = _method()
     if b_up is not None:
         return _op(True)(x, top_k_index, top_k_weights, w_up, w_down, b_up, b_down, transposed,
-                         gate, act, float(limit), float(alpha), gathered)
+                         gate, act, float(limit), float(alpha), method)
     return _op(False)(x, top_k_index, top_k_weights, w_up, w_down, transposed, gate, act,
-                      float(limit), float(alpha), gathered)
+                      float(limit), float(alpha), method)
 
 
 def _layout(module: torch.nn.Module) -> tuple[Optional[dict], str]:
