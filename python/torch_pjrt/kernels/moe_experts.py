@@ -40,8 +40,6 @@ def _kernel(x, idx, weights, w_up, w_down, b_up=None, b_down=None, *, transposed
 
     tokens, top_k = idx.shape
     experts = w_up.shape[0]
-    up_t = w_up if transposed else jnp.swapaxes(w_up, 1, 2)      # [E, H, 2I or I]
-    down_t = w_down if transposed else jnp.swapaxes(w_down, 1, 2)  # [E, I, H]
     flat = idx.reshape(-1).astype(jnp.int32)
 
     def activate(v):
@@ -67,24 +65,33 @@ def _kernel(x, idx, weights, w_up, w_down, b_up=None, b_down=None, *, transposed
     if method == "blocks":
         from .expert_blocks import block_layout, block_size, expert_blocks
 
+        # Each block reads its expert's matrices as they are stored: a
+        # transposed layout is the product's contracting dimension, never a
+        # transposed copy of every expert's weights.
+        def product(v, w_e):
+            contract = 0 if transposed else 1
+            return jax.lax.dot_general(v.astype(w_e.dtype), w_e, (((1,), (contract,)), ((), ())),
+                                       preferred_element_type=jnp.float32)
+
         def block(xb, up_e, down_e, *bias):
-            h = jnp.dot(xb.astype(up_e.dtype), up_e, preferred_element_type=jnp.float32)
+            h = product(xb, up_e)
             if bias:
                 h = h + bias[0].astype(jnp.float32)
-            h = gated(h)
-            out = jnp.dot(h.astype(down_e.dtype), down_e, preferred_element_type=jnp.float32)
+            out = product(gated(h), down_e)
             if bias:
                 out = out + bias[1].astype(jnp.float32)
             return out
 
-        params = [up_t, down_t] + ([b_up, b_down] if b_up is not None else [])
+        params = [w_up, w_down] + ([b_up, b_down] if b_up is not None else [])
         layout = block_layout(flat, experts, block_size(flat.shape[0], experts))
-        out = expert_blocks(block, jnp.repeat(x, top_k, axis=0), layout, params,
-                            down_t.shape[2])
+        hidden = x.shape[1]
+        out = expert_blocks(block, jnp.repeat(x, top_k, axis=0), layout, params, hidden)
         out = out * weights.reshape(-1)[:, None].astype(jnp.float32)
     else:
         # Rows sorted by expert, both products as ragged dots (XLA's grouped
-        # GEMM on TPU).
+        # GEMM on TPU), which take weights as [E, in, out].
+        up_t = w_up if transposed else jnp.swapaxes(w_up, 1, 2)
+        down_t = w_down if transposed else jnp.swapaxes(w_down, 1, 2)
         order = jnp.argsort(flat, stable=True)
         ids = flat[order]
         sizes = jnp.bincount(ids, length=experts).astype(jnp.int32)
