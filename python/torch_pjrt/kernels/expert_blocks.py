@@ -49,17 +49,17 @@ def block_layout(ids, experts: int, size: int) -> BlockLayout:
     n = ids.shape[0]
     counts = jnp.bincount(ids, length=experts).astype(jnp.int32)
     order = jnp.argsort(ids, stable=True)
-    sorted_ids = ids[order]
     first_row = jnp.cumsum(counts) - counts
+    sorted_rank = jnp.arange(n, dtype=jnp.int32) - first_row[ids[order]]
+    rank = jnp.zeros((n,), jnp.int32).at[order].set(sorted_rank.astype(jnp.int32))
     per_expert = (counts + size - 1) // size
     blk_end = jnp.cumsum(per_expert)
     blk_first = blk_end - per_expert
-    rank = jnp.arange(n, dtype=jnp.int32) - first_row[sorted_ids]
-    pos_sorted = blk_first[sorted_ids] * size + rank
-    pos = jnp.zeros((n,), jnp.int32).at[order].set(pos_sorted.astype(jnp.int32))
+    pos = (blk_first[ids] * size + rank).astype(jnp.int32)
     # Every block holds at least one row, and every expert wastes under one.
     blocks = max(1, min(n, -(-(n + experts * (size - 1)) // size)))
-    blk_expert = jnp.searchsorted(blk_end, jnp.arange(blocks, dtype=jnp.int32), side="right")
+    blk_expert = jnp.searchsorted(blk_end, jnp.arange(blocks, dtype=blk_end.dtype), side="right",
+                                  method="compare_all")
     blk_expert = jnp.clip(blk_expert, 0, experts - 1).astype(jnp.int32)
     return BlockLayout(pos, blk_expert, blk_end[-1].astype(jnp.int32), blocks, size)
 
