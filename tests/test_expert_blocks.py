@@ -56,7 +56,8 @@ def _routing(kind: str, tokens: int, experts: int, top_k: int, gen: torch.Genera
 
 def test_block_size_follows_rows_per_expert():
     assert block_size(8, 128) == 4        # under one row per expert: smallest block
-    assert block_size(512, 128) == 4
+    assert block_size(256, 128) == 4
+    assert block_size(512, 128) == 8
     assert block_size(128, 8) == 16
     assert block_size(100000, 8) == 64    # capped
 

@@ -26,12 +26,15 @@ __all__ = ["BlockLayout", "block_size", "block_layout", "expert_blocks"]
 
 
 def block_size(rows: int, experts: int) -> int:
-    """Rows per block: about the mean rows per expert, a power of two in
-    [4, 64] (small blocks waste less padding when few rows reach each
-    expert; large ones make better matrix products when many do)."""
+    """Rows per block. Under two rows per expert on average, 4 (padding is
+    most of the work); otherwise about the mean rows per expert, a power of
+    two in [8, 64] (larger blocks make better matrix products). Measured on
+    the CPU plugin: 4 rather than 8 at 128 experts x 8 rows, 8 rather than
+    4 or 16 at 128 x 512, 16 rather than 8 or 32 at 8 x 128."""
     mean = max(1, -(-rows // max(1, experts)))
-    size = 1 << (mean - 1).bit_length()
-    return min(64, max(4, size))
+    if mean <= 2:
+        return 4
+    return min(64, max(8, 1 << (mean - 1).bit_length()))
 
 
 class BlockLayout(NamedTuple):
