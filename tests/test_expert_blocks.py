@@ -172,3 +172,13 @@ def test_blocks_run_as_one_launch_and_inline_under_compile():
 
     compiled = torch.compile(lambda *a: moe.moe_experts(*a) * 2, backend="tpu", fullgraph=True)
     torch.testing.assert_close(compiled(*dev).cpu(), expected * 2, rtol=1e-5, atol=1e-5)
+
+
+def test_no_tokens_gives_an_empty_result():
+    x = torch.randn(0, 8, device=DEV)
+    idx = torch.zeros(0, 2, dtype=torch.long, device=DEV)
+    w = torch.rand(0, 2, device=DEV)
+    w_up, w_down = torch.randn(16, 8, 8, device=DEV), torch.randn(16, 8, 4, device=DEV)
+    got = moe.moe_experts(x, idx, w, w_up, w_down)
+    assert got.shape == (0, 8) and got.device.type == DEV
+    assert moe.moe_experts(x.cpu(), idx.cpu(), w.cpu(), w_up.cpu(), w_down.cpu()).shape == (0, 8)

@@ -41,6 +41,8 @@ def _kernel(x, idx, weights, w_up, w_down, b_up=None, b_down=None, *, transposed
     tokens, top_k = idx.shape
     experts = w_up.shape[0]
     flat = idx.reshape(-1).astype(jnp.int32)
+    if flat.shape[0] == 0:  # no tokens (or no choices): nothing is routed
+        return jnp.zeros((tokens, x.shape[1]), x.dtype)
 
     def activate(v):
         if act == "silu":
