@@ -116,3 +116,19 @@ def test_training_under_the_limit_matches_cpu(low_limit):
     assert torch_pjrt.metrics()["programs_released"] > 0
     for a, b in zip(cpu.parameters(), dev.parameters()):
         torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_fused_graphs_are_released_near_the_limit_and_run_again_correctly(low_limit):
+    # Fused eager compiles one program per graph; each new shape is a new
+    # graph. Near the limit the least recently launched graphs are released
+    # too, and a released graph seen again compiles (or loads) again.
+    pairs = _distinct_programs(8, 501)
+    with torch_pjrt.eager_mode("fused"):
+        for x, expected in pairs:
+            torch.testing.assert_close(((x.to(TPU) * 1.5 + 0.25).tanh()).cpu(), expected)
+        torch_pjrt.reset_metrics()
+        for x, expected in pairs[4:]:
+            torch.testing.assert_close(((x.to(TPU) * 1.5 + 0.25).tanh()).cpu(), expected)
+        m = torch_pjrt.metrics()
+        assert m["programs_released"] > 0
+        assert m["compilations"] + m["cache_hits_disk"] > 0

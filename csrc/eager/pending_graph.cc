@@ -2,15 +2,19 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "backend/runtime_state.h"
 #include "backend/settings.h"
 #include "eager/device_events.h"
 #include "eager/fused_module.h"
 #include "eager/loop_period.h"
+#include "eager/mapping_budget.h"
+#include "eager/program_cache.h"
 #include "pjrt/error.h"
 #include "pjrt/hash.h"
 
@@ -48,8 +52,37 @@ std::map<int, size_t> loop_chunk;  // device -> ops per cut once a loop was seen
 // The programs of the latest launches per device, across cuts (at most two
 // caps' worth): where a loop's period is looked for.
 std::map<int, std::deque<uint64_t>> history;
-std::unordered_map<pjrt::Hash128, std::shared_ptr<pjrt::Executable>, pjrt::Hash128Hasher>
-    executables;
+// Compiled graphs by key, with the time of their last launch: near the
+// kernel's mapping limit the least recently launched half is released, as
+// strict eager's programs are (program_cache.cc, mapping_budget.h).
+struct FusedExecutable {
+  std::shared_ptr<pjrt::Executable> exe;
+  uint64_t last_used = 0;
+};
+std::unordered_map<pjrt::Hash128, FusedExecutable, pjrt::Hash128Hasher> executables;
+uint64_t launch_clock = 0;
+
+// Drops the least recently launched half of the compiled graphs, here and
+// in the compile cache's memory; a graph seen again compiles again or loads
+// from the disk cache. Launches in flight keep what they run alive.
+void release_least_recent_graphs_locked() {
+  std::vector<std::pair<uint64_t, pjrt::Hash128>> live;
+  live.reserve(executables.size());
+  for (const auto& [key, entry] : executables) live.emplace_back(entry.last_used, key);
+  std::sort(live.begin(), live.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  live.resize(live.size() / 2);
+  std::unordered_set<const pjrt::Executable*> gone;
+  std::vector<std::shared_ptr<pjrt::Executable>> dropped;
+  for (const auto& [stamp, key] : live) {
+    auto it = executables.find(key);
+    gone.insert(it->second.exe.get());
+    dropped.push_back(std::move(it->second.exe));
+    executables.erase(it);
+  }
+  backend::runtime().cache().release(gone);
+  backend::count_programs_released(static_cast<int64_t>(dropped.size()));
+}
 FusedCounters counters;
 
 void Graph::materialize(const pjrt::Buffer&) {
@@ -119,8 +152,14 @@ void flush_locked(int device, const std::string& why) {
   }
   pjrt::Hash128 full = key.finish();
 
-  std::shared_ptr<pjrt::Executable>& exe = executables[full];
-  if (!exe) {
+  auto cached = executables.find(full);
+  if (cached == executables.end()) {
+    // A compile adds mappings; make room first if the process nears the
+    // kernel's limit (strict eager's programs and these graphs alike).
+    if (backend::mappings_under_pressure()) {
+      backend::release_least_recent_programs();
+      release_least_recent_graphs_locked();
+    }
     std::vector<hlo::TensorType> param_types(g->params.size());
     std::vector<FusedCall> calls;
     for (const Node& node : g->nodes) {
@@ -135,11 +174,14 @@ void flush_locked(int device, const std::string& why) {
     } catch (const std::runtime_error& e) {
       TORCH_CHECK(false, "torch_pjrt: the ", describe(*g), " could not be built: ", e.what());
     }
-    exe = backend::compile_program(describe(*g), "fused_eager", text);
+    auto compiled = backend::compile_program(describe(*g), "fused_eager", text);
     counters.graphs_compiled++;
     backend::note_compile_reason("fused eager graph: " + std::to_string(g->nodes.size()) +
                                  " ops, run at " + why);
+    cached = executables.emplace(full, FusedExecutable{std::move(compiled), 0}).first;
   }
+  cached->second.last_used = ++launch_clock;
+  std::shared_ptr<pjrt::Executable> exe = cached->second.exe;
   std::vector<const pjrt::Buffer*> raw;
   raw.reserve(g->params.size());
   for (const BufferPtr& p : g->params) raw.push_back(p.get());

@@ -180,6 +180,7 @@ size_t release_least_recent_programs() {
 }
 
 int64_t programs_released() { return released.load(); }
+void count_programs_released(int64_t n) { released += n; }
 void reset_programs_released() { released = 0; }
 
 void note_compile_reason(const std::string& reason) {

@@ -78,6 +78,8 @@ struct Program {
 size_t release_least_recent_programs();
 // Executables dropped that way since the counters were last reset.
 int64_t programs_released();
+// Adds executables released elsewhere (fused eager's graphs) to the count.
+void count_programs_released(int64_t n);
 void reset_programs_released();
 
 // The program for `key`, building it with `build` on a miss. `build` gets a
