@@ -46,6 +46,33 @@ def test_grouped_matmul_matches_grouped_mm_and_has_gradients():
         grouped_matmul(xt, wt[:3], sizes.to(DEV))
 
 
+def test_grouped_matmul_many_groups_in_blocks_with_gradients():
+    # 32 groups of 0 to 9 rows (empty ones included), 7 rows past the last:
+    # the block path off TPU, against a per-group loop on the CPU.
+    gen = torch.Generator().manual_seed(2)
+    sizes = torch.randint(0, 10, (32,), generator=gen)
+    sizes[[3, 17]] = 0
+    rows = int(sizes.sum()) + 7
+    x, w = torch.randn(rows, 12, generator=gen), torch.randn(32, 12, 5, generator=gen)
+    xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
+    parts, start = [], 0
+    for g, n in enumerate(sizes.tolist()):
+        parts.append(xc[start:start + n] @ wc[g])
+        start += n
+    expected = torch.cat(parts + [torch.zeros(7, 5)])
+    xt, wt = x.to(DEV).requires_grad_(), w.to(DEV).requires_grad_()
+    got = grouped_matmul(xt, wt, sizes.to(DEV))
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+    g = torch.randn(rows, 5, generator=gen)
+    got.backward(g.to(DEV))
+    expected.backward(g)
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(wt.grad.cpu(), wc.grad, rtol=1e-5, atol=1e-5)
+    empty = grouped_matmul(torch.zeros(0, 12, device=DEV), wt.detach(),
+                           torch.zeros(32, dtype=torch.long, device=DEV))
+    assert empty.shape == (0, 5)
+
+
 @pytest.mark.parametrize("impl", ["xla", "pallas"])
 @pytest.mark.parametrize("dtype,wdtype,tol", [(torch.float32, torch.float32, 1e-5),
                                               (torch.bfloat16, torch.float32, 2e-2)])

@@ -1,7 +1,8 @@
 """Grouped (ragged) matmul: rows of `x` in consecutive groups, group g
-multiplied by `w[g]`. `lax.ragged_dot` underneath: XLA's ragged dot on TPU
-(the Megablox-style grouped GEMM), a dense product masked per group where
-the platform has no ragged dot. Gradients from JAX's ragged-dot rules."""
+multiplied by `w[g]`. On TPU, `lax.ragged_dot`: XLA's ragged dot there (the
+Megablox-style grouped GEMM), with JAX's ragged-dot gradients. Elsewhere a
+ragged dot would be a dense product per group masked to its rows, so the
+rows run in per-group blocks (`expert_blocks.py`, the MoE kernel's scheme)."""
 from __future__ import annotations
 
 
@@ -17,8 +18,30 @@ def _make():
     from .from_jax import jax_op
 
     def gmm(x, w, group_sizes):
-        return jax.lax.ragged_dot(x, w, group_sizes.astype(jnp.int32),
-                                  preferred_element_type=jnp.float32).astype(x.dtype)
+        from ._custom_op import platform
+
+        if platform() == "tpu":
+            return jax.lax.ragged_dot(x, w, group_sizes.astype(jnp.int32),
+                                      preferred_element_type=jnp.float32).astype(x.dtype)
+        from .expert_blocks import block_layout, block_size, expert_blocks
+
+        rows, groups = x.shape[0], w.shape[0]
+        if rows == 0 or groups == 0:
+            return jnp.zeros((rows, w.shape[2]), x.dtype)
+        ends = jnp.cumsum(group_sizes.astype(jnp.int32))
+        group = jnp.searchsorted(ends, jnp.arange(rows, dtype=jnp.int32), side="right",
+                                 method="compare_all")
+        inside = group < groups
+        # Rows past the last group ride with the last group and are zeroed:
+        # their results, and so their gradients, are dropped.
+        group = jnp.minimum(group, groups - 1).astype(jnp.int32)
+        layout = block_layout(group, groups, block_size(rows, groups))
+
+        def block(xb, w_g):
+            return jnp.dot(xb, w_g, preferred_element_type=jnp.float32)
+
+        out = expert_blocks(block, x, layout, [w], w.shape[2])
+        return jnp.where(inside[:, None], out, 0).astype(x.dtype)
 
     return jax_op("torch_pjrt::grouped_matmul", gmm,
                   schema="(Tensor x, Tensor w, Tensor group_sizes) -> Tensor")
