@@ -129,17 +129,14 @@ def test_float_lr_with_accumulation_grad_scaler_or_only_the_model_compiled(mode)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(eager), **tol)
 
 
-def test_optimizer_step_with_float_lr_is_one_program():
-    """The lr becomes a 0-d CPU tensor input; its arithmetic is computed in
-    the optimizer's program instead of splitting it (it was 10 programs)."""
+def _clipped_adamw_step(device: str):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
-                                torch.nn.Linear(32, 4)).to(NAME)
+                                torch.nn.Linear(32, 4)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)
     sched = SCHEDULERS["CosineAnnealingLR"](opt)
-    x, y = torch.randn(8, 16).to(NAME), torch.randn(8, 4).to(NAME)
+    x, y = torch.randn(8, 16).to(device), torch.randn(8, 4).to(device)
 
-    @torch.compile(backend="tpu")
     def step():
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -148,21 +145,61 @@ def test_optimizer_step_with_float_lr_is_one_program():
         opt.step()
         return loss.detach()
 
+    return model, step, sched
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_compiled_training_step_runs_as_one_program(mode):
+    """Dynamo splits the step into forward, backward, clipping and AdamW
+    graphs (and AdamW's float-lr arithmetic once split it into 10); they are
+    recorded into the device's pending graph and run as one program at the
+    end of the optimizer step. Strict mode launches the eager `ones_like`
+    seed of loss.backward() on its own; fused mode records it too. Losses
+    and weights match the same loop on the CPU, and memory stays put."""
+    cpu_model, cpu_step, cpu_sched = _clipped_adamw_step("cpu")
+    expected = []
+    for _ in range(6):
+        expected.append(cpu_step().item())
+        cpu_sched.step()
     torch._dynamo.reset()
-    for _ in range(3):
-        step()
-        sched.step()
-    before = {g["name"]: g["calls"] for g in torch_pjrt.compile_report()}
-    torch_pjrt.reset_metrics()
-    step()
-    sched.step()
-    executions = torch_pjrt.metrics()["executions"]
-    ran = [g for g in torch_pjrt.compile_report() if g["calls"] > before.get(g["name"], 0)]
+    with torch_pjrt.eager_mode(mode):
+        model, step, sched = _clipped_adamw_step(NAME)
+        step = torch.compile(step, backend="tpu")
+        losses, executions, memory = [], [], []
+        for _ in range(6):
+            torch_pjrt.reset_metrics()
+            before = {g["name"]: g["calls"] for g in torch_pjrt.compile_report()}
+            loss = step()
+            sched.step()
+            executions.append(torch_pjrt.metrics()["executions"])  # before reading the loss
+            ran = [g for g in torch_pjrt.compile_report() if g["calls"] > before.get(g["name"], 0)]
+            losses.append(loss.item())
+            memory.append(getattr(torch, NAME).memory_allocated())
+        m = torch_pjrt.metrics()
     assert ran and all(g["regions"] == 1 and g["eager_ops"] == {} for g in ran), ran
-    print(f"programs per compiled step: {executions} ({len(ran)} graphs)")
-    # forward, backward, clipping, AdamW, and the eager `ones_like` seed of
-    # loss.backward(); the graph of the final `loss.detach()` runs nothing.
-    assert executions <= 5
+    # forward, backward, clipping, AdamW, and `loss.detach()` (no program)
+    assert len(ran) == 5 and m["compilations"] == 0, (ran, m["compilations"])
+    print(f"{mode}: programs per compiled step: {executions} ({len(ran)} graphs)")
+    assert executions[2:] == [2 if mode == "strict" else 1] * 4, executions
+    assert len(set(memory[2:])) == 1, memory
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(expected), rtol=1e-4, atol=1e-5)
+    for a, b in zip(model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_debug_mode_runs_each_compiled_graph_at_once():
+    torch._dynamo.reset()
+    with torch_pjrt.eager_mode("debug"):
+        model, step, sched = _clipped_adamw_step(NAME)
+        step = torch.compile(step, backend="tpu")
+        for _ in range(3):
+            step()
+            sched.step()
+        torch_pjrt.reset_metrics()
+        step()
+        executions = torch_pjrt.metrics()["executions"]
+    # forward, the seed, backward, clipping, AdamW: each run alone.
+    assert executions == 5, executions
 
 
 def test_graph_of_aliases_only_runs_no_program():

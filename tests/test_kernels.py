@@ -130,11 +130,11 @@ def test_compiled_graph_holds_the_kernel():
     compiled = torch.compile(f, backend="tpu")
     compiled(x, w).cpu()
     before = torch_pjrt.metrics()
-    got = compiled(x, w)
+    got = compiled(x, w).cpu()  # the graph runs when its result is read
     d = delta(before, "executions", "compile_graph_eager_nodes", "compilations")
     # One program: the kernel is a call inside it, no eager region around it.
     assert d == {"executions": 1, "compile_graph_eager_nodes": 0, "compilations": 0}
-    torch.testing.assert_close(got.cpu(), rms_torch(x.cpu() * 2, w.cpu()) + 1, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, rms_torch(x.cpu() * 2, w.cpu()) + 1, rtol=1e-5, atol=1e-5)
 
 
 def test_compiled_program_text_calls_the_kernel(python_in_subprocess, tmp_path):

@@ -15,6 +15,8 @@
 
 #include "backend/device_storage.h"
 #include "eager/execute.h"
+#include "eager/pending_graph.h"
+#include "backend/settings.h"
 #include "backend/generator.h"
 #include "eager/op_kernel.h"
 #include "eager/program_cache.h"
@@ -248,9 +250,14 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& name, const std::
   } catch (const hlo::BuildError& e) {
     TORCH_CHECK(false, "torch_pjrt: graph ", name, " produced an invalid program: ", e.what());
   }
-  // Compiled now, not at the first run: the compile is timed and reported
-  // with the graph (compile_report), and a warm start loads it here.
-  graph->program->executable();
+  // Debug eager runs each graph alone, compiled now: the compile is timed
+  // and reported with the graph. Otherwise a graph runs inside the device's
+  // pending graph (run_graph), which compiles what it runs as one program.
+  if (settings().eager == EagerMode::kDebug) {
+    graph->program->executable();
+  } else if (built) {
+    note_compile_reason(graph->program->reason());
+  }
   // The same key always builds the same program, checks included; a hit
   // in this process's program cache reuses what the first build recorded.
   static std::mutex mutex;
@@ -307,7 +314,9 @@ std::vector<c10::optional<at::Tensor>> run_graph(const GraphProgram& graph,
     may_donate.push_back(false);
   }
   std::vector<BufferPtr> outputs =
-      run_program(program, buffers, device, may_donate, /*fusable=*/false);
+      settings().eager == EagerMode::kDebug
+          ? run_program(program, buffers, device, may_donate, /*fusable=*/false)
+          : eager::record(program, buffers, device, /*compiled_graph=*/true);
   buffers.clear();
   for (size_t c = 0; c < graph.check_messages.size(); ++c) {
     const std::string& tagged = graph.check_messages[c];

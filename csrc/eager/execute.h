@@ -18,7 +18,8 @@ using BufferPtr = std::shared_ptr<pjrt::Buffer>;
 // only when `inputs[i]` is held by nobody else (use_count 1 at the caller),
 // which the caller signals through `may_donate`. In fused eager mode a
 // `fusable` launch is recorded into the pending graph instead (see
-// eager/pending_graph.h); compiled torch.compile graphs are not fusable.
+// eager/pending_graph.h). Compiled torch.compile graphs record themselves
+// there in strict mode too (backend/graph.cc) and call this only in debug.
 std::vector<BufferPtr> run_program(const Program& program, const std::vector<BufferPtr>& inputs,
                                    int device, const std::vector<bool>& may_donate = {},
                                    bool fusable = true);

@@ -25,6 +25,8 @@ struct Node {
   const backend::Program* program = nullptr;
   std::vector<FusedRef> inputs;
   std::vector<std::weak_ptr<pjrt::Buffer>> outputs;
+  // A compiled graph's results, held until a later launch reads them.
+  std::vector<BufferPtr> pinned;
 };
 
 void flush_locked(int device, const std::string& why);
@@ -104,7 +106,7 @@ FusedRef param_ref(Graph& g, const BufferPtr& input) {
 
 std::string describe(const Graph& g) {
   std::string first = g.nodes.front().program->op, last = g.nodes.back().program->op;
-  return "fused eager graph of " + std::to_string(g.nodes.size()) + " ops (from " + first +
+  return "pending graph of " + std::to_string(g.nodes.size()) + " launches (from " + first +
          " to " + last + ")";
 }
 
@@ -176,8 +178,8 @@ void flush_locked(int device, const std::string& why) {
     }
     auto compiled = backend::compile_program(describe(*g), "fused_eager", text);
     counters.graphs_compiled++;
-    backend::note_compile_reason("fused eager graph: " + std::to_string(g->nodes.size()) +
-                                 " ops, run at " + why);
+    backend::note_compile_reason("pending graph: " + std::to_string(g->nodes.size()) +
+                                 " launches, run at " + why);
     cached = executables.emplace(full, FusedExecutable{std::move(compiled), 0}).first;
   }
   cached->second.last_used = ++launch_clock;
@@ -204,8 +206,19 @@ void flush_locked(int device, const std::string& why) {
 }  // namespace
 
 std::vector<BufferPtr> record(const backend::Program& program,
-                              const std::vector<BufferPtr>& inputs, int device) {
+                              const std::vector<BufferPtr>& inputs, int device,
+                              bool compiled_graph) {
   std::lock_guard<std::recursive_mutex> lock(mutex);
+  if (compiled_graph) {
+    auto it = graphs.find(device);
+    if (it != graphs.end()) {
+      const auto& nodes = it->second->nodes;
+      if (std::any_of(nodes.begin(), nodes.end(),
+                      [&](const Node& n) { return n.program == &program; })) {
+        flush_locked(device, "compiled graph repeated");
+      }
+    }
+  }
   {
     size_t chunk = loop_chunk[device];
     size_t limit = chunk ? chunk : static_cast<size_t>(backend::settings().fused_max_ops);
@@ -224,6 +237,8 @@ std::vector<BufferPtr> record(const backend::Program& program,
     auto p = input->is_deferred() ? g.produced.find(input.get()) : g.produced.end();
     if (p != g.produced.end() && g.nodes[p->second.node].outputs[p->second.index].lock() == input) {
       ref = p->second;
+      auto& pinned = g.nodes[ref.node].pinned;
+      if (!pinned.empty()) pinned[ref.index].reset();  // read here: an intermediate now
     } else {
       // A value another device's graph will produce is materialized first
       // (this runs that graph, never this one); it enters as a parameter.
@@ -241,6 +256,7 @@ std::vector<BufferPtr> record(const backend::Program& program,
     auto b = std::make_shared<pjrt::Buffer>(
         pjrt::Buffer::deferred(client, type.type, type.dims, self));
     node.outputs.push_back(b);
+    if (compiled_graph) node.pinned.push_back(b);
     g.produced[b.get()] = FusedRef{index, static_cast<int>(i)};
     results.push_back(std::move(b));
   }

@@ -59,6 +59,8 @@ struct Program {
   // Compiles on the first call (recording the recompile reason then), and
   // again after the program was released (see release_least_recent_programs).
   std::shared_ptr<pjrt::Executable> executable() const;
+  // Why this program was built (a new op signature, a changed dim).
+  const std::string& reason() const { return reason_; }
 
  private:
   friend const Program& program_for(const ProgramKey&, const std::function<void(hlo::Builder&)>&,

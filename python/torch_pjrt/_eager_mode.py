@@ -7,9 +7,10 @@
 strict runs each op as its own program at once; debug also waits for it, so
 errors surface at the op; fused records ops into a pending graph per device
 and runs it as one program when a value is needed (see
-csrc/eager/pending_graph.h). In fused mode the end of every optimizer step
-runs the pending graph too, so a training step is one program whether or
-not the loop reads anything back.
+csrc/eager/pending_graph.h). Compiled graphs (torch.compile) join that
+pending graph in strict mode too. The end of every optimizer step runs the
+pending graph, so a training step is one program whether or not the loop
+reads anything back.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from . import _C
+from ._import_hooks import when_imported
 from ._settings import EAGER_MODES
 
 
@@ -52,15 +54,26 @@ def flush_pending(device: int = -1) -> None:
 
 
 def _after_optimizer_step(optimizer, args, kwargs) -> None:
-    if _C._eager_mode() == "fused":
-        _C._fused_flush("optimizer step", -1)
+    # Fused mode's recorded ops and strict mode's pending compiled graphs.
+    _C._fused_flush("optimizer step", -1)
 
 
 _hook = None
 
 
-def install_optimizer_hook() -> None:
-    """Cuts fused graphs at the end of each optimizer step (once per process)."""
+def _register(hook) -> None:
     global _hook
+    if _hook is not None:
+        _hook.remove()
+    _hook = register_optimizer_step_post_hook(hook)
+
+
+def install_optimizer_hook() -> None:
+    """Cuts pending graphs at the end of each optimizer step (once per process).
+
+    Inside a compiled step Dynamo would try to trace the hook and fall back
+    with a warning about the C++ call; once Dynamo is loaded the hook is
+    registered again behind `torch._dynamo.disable`, so it always runs as is."""
     if _hook is None:
-        _hook = register_optimizer_step_post_hook(_after_optimizer_step)
+        _register(_after_optimizer_step)
+        when_imported("torch._dynamo", lambda dynamo: _register(dynamo.disable(_after_optimizer_step)))

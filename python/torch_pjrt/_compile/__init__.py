@@ -4,8 +4,10 @@ Dynamo captures a graph; AOTAutograd functionalizes it and splits forward
 from backward (optimizer steps, run under no_grad, come as inference graphs
 whose parameter updates stay in the graph as `copy_` into inputs). Each graph
 is lowered node by node with the same lowering table eager mode uses (the C++
-side, `_C._compile_graph`), compiled once through the program cache (memory
-and disk), and run as one executable:
+side, `_C._compile_graph`) into one program. Outside debug mode a call
+records that program into the device's pending graph (the one fused eager
+uses), so the graphs of a training step run, and compile, as one program
+when a value is read, at synchronize() or at the end of the optimizer step:
 
 - Shapes are concrete when a graph is lowered. A graph is compiled on its
   first call for the input shapes it sees; symbolic sizes (Dynamo's

@@ -18,7 +18,9 @@ _graph_ids = itertools.count()
 class CompileRecord:
     inputs: str
     seconds: float
-    source: str  # "compiled", "disk" (executable loaded), "memory"
+    # "compiled", "disk" (executable loaded), "memory", or "pending": lowered
+    # only, compiled with the pending graph that runs it (strict, fused)
+    source: str
     reason: str
 
 

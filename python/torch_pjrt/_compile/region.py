@@ -244,8 +244,12 @@ class _Region:
             source = "compiled"
         elif after.get("cache_hits_disk", 0) > before.get("cache_hits_disk", 0):
             source = "disk"
-        else:
+        elif _C._eager_mode() == "debug":
             source = "memory"
+        else:
+            # Lowered only: outside debug mode the graph runs inside its
+            # device's pending graph, compiled (or loaded) when that runs.
+            source = "pending"
         lowered = _Lowered(program, plan, mutation_pairs, tensor_args, device)
         self.programs[sig] = lowered
         self.seen.append(sig)
