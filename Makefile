@@ -64,8 +64,10 @@ FUSED_TESTS = tests/test_device.py tests/test_eager.py tests/test_storage_views.
 	tests/test_training_errors.py tests/test_ops_training.py tests/test_transformers.py \
 	tests/test_moe_ops.py tests/test_kernel_library.py
 
+# --durations: the slowest tests, printed where CI logs them, to keep the
+# suite inside its 30-minute budget on 2 cores.
 test-python: build $(STAMPS)/bench-pip $(STAMPS)/kernels-pip $(STAMPS)/hf-suite-pip $(STAMPS)/hf-ecosystem-pip
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 	$(PY) -m pytest -q --eager-mode=fused $(FUSED_TESTS)
 
 demo: build

@@ -121,8 +121,11 @@ def test_training_under_the_limit_matches_cpu(low_limit):
 def test_fused_graphs_are_released_near_the_limit_and_run_again_correctly(low_limit):
     # Fused eager compiles one program per graph; each new shape is a new
     # graph. Near the limit the least recently launched graphs are released
-    # too, and a released graph seen again compiles (or loads) again.
-    pairs = _distinct_programs(8, 501)
+    # too, and a released graph seen again compiles (or loads) again. Every
+    # compile releases half of the graphs held, the oldest first: 20 compiles
+    # leave none of the earlier tests' graphs (compiled torch.compile steps
+    # are such graphs too) and only the last few of these.
+    pairs = _distinct_programs(20, 501)
     with torch_pjrt.eager_mode("fused"):
         for x, expected in pairs:
             torch.testing.assert_close(((x.to(TPU) * 1.5 + 0.25).tanh()).cpu(), expected)
