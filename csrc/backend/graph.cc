@@ -14,14 +14,14 @@
 #include <sstream>
 
 #include "backend/device_storage.h"
-#include "eager/execute.h"
-#include "eager/pending_graph.h"
-#include "backend/settings.h"
 #include "backend/generator.h"
-#include "eager/op_kernel.h"
-#include "eager/program_cache.h"
 #include "backend/runtime_state.h"
+#include "backend/settings.h"
 #include "backend/tensor_access.h"
+#include "eager/execute.h"
+#include "eager/op_kernel.h"
+#include "eager/pending_graph.h"
+#include "eager/program_cache.h"
 #include "ops/dtypes.h"
 #include "ops/lowering.h"
 
@@ -294,6 +294,9 @@ std::vector<c10::optional<at::Tensor>> run_graph(const GraphProgram& graph,
     }
     buffers.push_back(read_tensor(t));
   }
+  // Debug mode runs the graph alone, now; otherwise it joins the pending
+  // graph, which donates whatever parameter only it still holds.
+  const bool alone = settings().eager == EagerMode::kDebug;
   std::vector<bool> may_donate(buffers.size(), false);
   for (const auto& [input, result] : mutations) {
     (void)result;
@@ -302,7 +305,7 @@ std::vector<c10::optional<at::Tensor>> run_graph(const GraphProgram& graph,
     // eagerly), so every mutated input is a device tensor.
     TORCH_CHECK(t.is_privateuseone(), "torch_pjrt: compiled graph input ", input,
                 " is written by the graph but lives on ", t.device());
-    if (!graph.inputs[input].donate || !is_whole_buffer(t)) continue;
+    if (!alone || !graph.inputs[input].donate || !is_whole_buffer(t)) continue;
     // Only the storage and `buffers` may hold it; then the program may
     // consume it, and the storage gets the updated buffer below.
     may_donate[input] = storage_slot(t.storage()).buffer == buffers[input] &&
@@ -314,9 +317,8 @@ std::vector<c10::optional<at::Tensor>> run_graph(const GraphProgram& graph,
     may_donate.push_back(false);
   }
   std::vector<BufferPtr> outputs =
-      settings().eager == EagerMode::kDebug
-          ? run_program(program, buffers, device, may_donate, /*fusable=*/false)
-          : eager::record(program, buffers, device, /*compiled_graph=*/true);
+      alone ? run_program(program, buffers, device, may_donate, /*fusable=*/false)
+            : eager::record(program, buffers, device, /*compiled_graph=*/true);
   buffers.clear();
   for (size_t c = 0; c < graph.check_messages.size(); ++c) {
     const std::string& tagged = graph.check_messages[c];
