@@ -11,6 +11,8 @@
 
 #include "ops/dtypes.h"
 #include "backend/runtime_state.h"
+#include "backend/settings.h"
+#include "eager/pending_graph.h"
 
 namespace torch_pjrt::backend {
 
@@ -179,6 +181,26 @@ BufferPtr buffer_for_read(const at::Tensor& t) {
   return read_tensor(t);
 }
 
+namespace {
+
+// Reading a view out of a value a pending graph will produce, or writing
+// one into it. In strict mode only compiled graphs' results are pending;
+// the copy joins their graph instead of running it now: a decode loop that
+// passes `token[:, None]` to the next compiled call would otherwise end the
+// pending graph at every token, and wait for it.
+BufferPtr run_view_program(const Program& program, const std::vector<BufferPtr>& inputs,
+                           int device, const std::vector<bool>& may_donate = {}) {
+  if (settings().eager == EagerMode::kStrict &&
+      std::any_of(inputs.begin(), inputs.end(),
+                  [](const BufferPtr& b) { return b->is_deferred(); })) {
+    // The pending graph donates the old contents when only it holds them.
+    return eager::record(program, inputs, device)[0];
+  }
+  return run_program(program, inputs, device, may_donate)[0];
+}
+
+}  // namespace
+
 BufferPtr read_tensor(const at::Tensor& t) {
   DeviceStorage& slot = storage_slot(t.storage());
   ElementType want = to_element_type(t.scalar_type());
@@ -227,7 +249,7 @@ BufferPtr read_tensor(const at::Tensor& t) {
     b.set_outputs({out});
   });
   BufferPtr offset = scalar_buffer_int(slot.device, ElementType::kS64, t.storage_offset());
-  return run_program(program, {base, offset}, slot.device)[0];
+  return run_view_program(program, {base, offset}, slot.device);
 }
 
 void write_tensor(const at::Tensor& t, BufferPtr value) {
@@ -280,7 +302,7 @@ void write_tensor(const at::Tensor& t, BufferPtr value) {
   // The old contents can be donated when only the slot holds them: `base`
   // and the slot are the two references.
   bool unique = base.use_count() == 2;
-  slot.buffer = run_program(program, {base, value, offset}, slot.device, {unique, false, false})[0];
+  slot.buffer = run_view_program(program, {base, value, offset}, slot.device, {unique, false, false});
 }
 
 at::Tensor wrap_buffer(BufferPtr buffer, c10::ScalarType dtype, c10::IntArrayRef sizes,
