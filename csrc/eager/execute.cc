@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "eager/device_events.h"
@@ -151,6 +152,19 @@ void defer_check(BufferPtr ok, std::string message, bool index_error) {
   }
   std::lock_guard<std::mutex> lock(checks_mutex);
   pending_checks.push_back(std::move(check));
+  // A loop that never waits for the device (a decode loop over a compiled
+  // step) would hold every check it made. Past a bound, the conditions the
+  // device has already computed are read without waiting; those that hold
+  // are dropped, a failed one stays to be raised at the next host wait.
+  constexpr size_t kSweepAt = 4096;
+  if (pending_checks.size() % kSweepAt != 0) return;
+  std::vector<PendingCheck> kept;
+  for (PendingCheck& c : pending_checks) {
+    bool value = false;
+    if (!c.ok->is_deferred() && c.ok->ready_event().is_ready()) c.ok->to_host(&value, 1);
+    if (!value) kept.push_back(std::move(c));
+  }
+  pending_checks.swap(kept);
 }
 
 void raise_failed_checks() {
@@ -160,8 +174,23 @@ void raise_failed_checks() {
     if (pending_checks.empty()) return;
     checks.swap(pending_checks);
   }
-  for (const PendingCheck& check : checks) {
-    raise_check(check, " (reported when the host next waited for the device)");
+  // All copies are started before any is waited for: one round trip for
+  // every check, not one each (a compiled decode step makes several per call).
+  std::unique_ptr<bool[]> values(new bool[checks.size()]());
+  std::vector<pjrt::Event> copies;
+  copies.reserve(checks.size());
+  for (size_t i = 0; i < checks.size(); ++i) {
+    copies.push_back(checks[i].ok->to_host_async(&values[i], 1));
+  }
+  for (pjrt::Event& e : copies) e.await("reading a deferred check");
+  for (size_t i = 0; i < checks.size(); ++i) {
+    if (values[i]) continue;
+    const char* when = " (reported when the host next waited for the device)";
+    if (checks[i].index_error) {
+      TORCH_CHECK_INDEX(false, checks[i].message, when);
+    } else {
+      TORCH_CHECK(false, checks[i].message, when);
+    }
   }
 }
 
