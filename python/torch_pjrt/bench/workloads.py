@@ -6,6 +6,9 @@ Workloads (each step is what a user would time):
   llama_fwd     tiny Llama forward (the `make demo` model), no grad
   llama_train   tiny Llama training step
   llama_decode  tiny Llama greedy decode of 32 tokens, static KV cache
+                (transformers' generate())
+  llama_decode_loop  the same decode as a user-written loop over one
+                compiled step, as the JAX form is written
   minilm_embed  all-MiniLM-L6-v2 (real weights) embedding of a batch
   matmul        a large fp32 matmul: the machine's peak
 
@@ -260,6 +263,55 @@ def _llama_decode(mode: Mode, new_tokens: int) -> Case:
     return Case(step=step, sync=_sync(mode))
 
 
+def _llama_decode_loop(mode: Mode, new_tokens: int) -> Case:
+    """The JAX form's decode loop written in PyTorch: one compiled function
+    (forward over transformers' StaticCache, then argmax), called for the
+    prompt and then once per token, with no host wait inside the loop. It
+    measures what the compiler does with a decode step, without
+    `generate()`'s per-token Python (logits processors, stopping checks)."""
+    import transformers
+
+    dev = mode.device
+    if mode.compiler in _JAX:
+        from . import jax_forms
+
+        prompt = torch.tensor([list(b"The compiler ")], dtype=torch.long)
+        return jax_forms.llama_decode(mode, _tiny_llama().eval(), prompt, new_tokens)
+    model = _tiny_llama().eval().to(dev)
+    prompt = torch.tensor([list(b"The compiler ")], dtype=torch.long, device=dev)
+    length = prompt.shape[1]
+    cache = transformers.StaticCache(config=model.config, max_cache_len=length + new_tokens)
+    # Allocated before the first call, as generate() does for a compiled
+    # prefill: lazily, the first call would see an uninitialized cache and
+    # the second a different one, a recompile.
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    cache.early_initialization(batch_size=prompt.shape[0], num_heads=config.num_key_value_heads,
+                               head_dim=head_dim, dtype=model.dtype, device=torch.device(dev))
+    # Positions are device tensors made once, as the JAX form's traced
+    # position is an argument: a Python int would be a constant per token.
+    prefill_pos = torch.arange(length, device=dev)
+    positions = [torch.tensor([length + i], device=dev) for i in range(new_tokens - 1)]
+
+    def decode_step(ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        logits = model(input_ids=ids, past_key_values=cache, cache_position=pos,
+                       use_cache=True).logits
+        return logits[:, -1].argmax(-1)
+
+    fn = _compile(decode_step, mode)
+
+    def step():
+        with torch.no_grad():
+            cache.reset()
+            token = fn(prompt, prefill_pos)
+            tokens = [token]
+            for pos in positions:
+                token = fn(token[:, None], pos)
+                tokens.append(token)
+            return torch.cat([prompt, torch.stack(tokens, dim=1)], dim=1)
+    return Case(step=step, sync=_sync(mode))
+
+
 SENTENCES = [
     "A compiler is a patient reader.", "Accelerators reward patience.",
     "Eager execution runs each line at once.", "The plugin compiles array programs.",
@@ -339,6 +391,9 @@ def workloads(quick: bool = False) -> dict[str, Workload]:
                  check_steps=3, rtol=1e-4, atol=1e-4),
         Workload("llama_decode", f"tiny Llama greedy decode, {new_tokens} tokens, static cache",
                  lambda m: _llama_decode(m, new_tokens), check="equal"),
+        Workload("llama_decode_loop", f"tiny Llama greedy decode, {new_tokens} tokens, static "
+                 "cache, a loop over one compiled step (no generate())",
+                 lambda m: _llama_decode_loop(m, new_tokens), check="equal"),
         Workload("minilm_embed", f"all-MiniLM-L6-v2 (real weights), {minilm_batch} sentences",
                  lambda m: _minilm(m, minilm_batch), rtol=1e-4, atol=1e-5, unsupported=no_jax),
         Workload("matmul", f"fp32 matmul {n}x{n} @ {n}x{n}",
