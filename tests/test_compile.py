@@ -516,6 +516,27 @@ def test_out_of_range_index_in_a_compiled_graph_raises_index_error_like_cpu():
             emb.weight[1:3].sum().item(), rel=1e-5)
 
 
+def test_a_graph_with_several_checks_names_the_one_that_failed():
+    """A graph's data checks come back as one buffer; the error still names
+    the op whose check failed, with torch's error type."""
+    emb = torch.nn.Embedding(10, 4).to(NAME)
+    table = torch.arange(6.0, device=NAME)
+
+    def fn(i, j):
+        return emb(i).sum() + table.index_select(0, j).sum()
+
+    compiled = torch.compile(fn, backend="tpu")
+    good_i, good_j = torch.tensor([1, 2], device=NAME), torch.tensor([0, 5], device=NAME)
+    with torch.no_grad():
+        expected = fn(good_i, good_j).item()
+        assert compiled(good_i, good_j).item() == pytest.approx(expected, rel=1e-5)
+        with pytest.raises(IndexError, match="index_select.*index out of range|index_select.*out of"):
+            compiled(good_i, torch.tensor([0, 6], device=NAME)).item()
+        with pytest.raises(IndexError, match="embedding: index out of range in self"):
+            compiled(torch.tensor([1, 10], device=NAME), good_j).item()
+        assert compiled(good_i, good_j).item() == pytest.approx(expected, rel=1e-5)
+
+
 def test_bucketing_bounds_programs_and_keeps_results():
     from torch_pjrt.bucketing import bucket_size, pad_batch
 

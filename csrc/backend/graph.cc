@@ -242,7 +242,13 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& name, const std::
       GraphBuild build(b, inputs, random, f64);
       for (const GraphNode& node : nodes) build.add_node(node);
       std::vector<hlo::Value> outs = build.outputs(outputs);
-      for (hlo::Value ok : build.checks()) outs.push_back(ok);
+      // The graph's data checks travel as one pred[N] output: one buffer to
+      // read at the next host wait, however many checks the graph has.
+      if (!build.checks().empty()) {
+        std::vector<hlo::Value> flags;
+        for (hlo::Value ok : build.checks()) flags.push_back(b.reshape(ok, {1}));
+        outs.push_back(flags.size() == 1 ? flags[0] : b.concatenate(flags, 0));
+      }
       b.set_outputs(outs);
       graph->check_messages = build.check_messages();
       built = true;
@@ -320,9 +326,14 @@ std::vector<c10::optional<at::Tensor>> run_graph(const GraphProgram& graph,
       alone ? run_program(program, buffers, device, may_donate, /*fusable=*/false)
             : eager::record(program, buffers, device, /*compiled_graph=*/true);
   buffers.clear();
-  for (size_t c = 0; c < graph.check_messages.size(); ++c) {
-    const std::string& tagged = graph.check_messages[c];
-    defer_check(outputs[graph.num_results + c], "torch_pjrt: " + tagged.substr(1), tagged[0] == 'I');
+  if (!graph.check_messages.empty()) {
+    std::vector<std::string> messages;
+    std::vector<bool> index_errors;
+    for (const std::string& tagged : graph.check_messages) {
+      messages.push_back("torch_pjrt: " + tagged.substr(1));
+      index_errors.push_back(tagged[0] == 'I');
+    }
+    defer_checks(outputs[graph.num_results], std::move(messages), std::move(index_errors));
   }
   std::vector<c10::optional<at::Tensor>> results(graph.num_results);
   std::vector<bool> written(graph.num_results, false);

@@ -45,7 +45,8 @@ struct GraphProgram {
   size_t num_results = 0;
   bool random = false;
   std::vector<GraphInput> inputs;
-  std::vector<std::string> check_messages;  // each tagged 'I' or 'R'
+  // each tagged 'I' or 'R'; all travel as one pred[N] output after the results
+  std::vector<std::string> check_messages;
 };
 
 // Builds (or finds) the program for a graph. `key` identifies the graph's

@@ -4,11 +4,14 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "eager/device_events.h"
 #include "backend/runtime_state.h"
@@ -126,28 +129,36 @@ void reset_host_syncs() { syncs = 0; }
 
 namespace {
 std::mutex checks_mutex;
+// One buffer of conditions: a scalar (an op's check) or pred[N] (a compiled
+// graph's checks), with a message and an error type per element.
 struct PendingCheck {
   BufferPtr ok;
-  std::string message;
-  bool index_error;
+  std::vector<std::string> messages;
+  std::vector<bool> index_errors;
 };
 std::vector<PendingCheck> pending_checks;
 
-void raise_check(const PendingCheck& check, const char* when) {
-  bool value = false;
-  check.ok->to_host(&value, 1);
-  if (check.index_error) {
-    TORCH_CHECK_INDEX(value, check.message, when);
-  } else {
-    TORCH_CHECK(value, check.message, when);
+// Raises for the first element of `values` that is false.
+void raise_first_failure(const PendingCheck& check, const bool* values, const char* when) {
+  for (size_t i = 0; i < check.messages.size(); ++i) {
+    if (values[i]) continue;
+    if (check.index_errors[i]) {
+      TORCH_CHECK_INDEX(false, check.messages[i], when);
+    } else {
+      TORCH_CHECK(false, check.messages[i], when);
+    }
   }
 }
-}  // namespace
 
-void defer_check(BufferPtr ok, std::string message, bool index_error) {
-  PendingCheck check{std::move(ok), std::move(message), index_error};
+bool all_true(const bool* values, size_t n) {
+  return std::all_of(values, values + n, [](bool v) { return v; });
+}
+
+void add_check(PendingCheck check) {
   if (settings().eager == EagerMode::kDebug) {
-    raise_check(check, "");
+    std::unique_ptr<bool[]> values(new bool[check.messages.size()]());
+    check.ok->to_host(values.get(), check.messages.size());
+    raise_first_failure(check, values.get(), "");
     return;
   }
   std::lock_guard<std::mutex> lock(checks_mutex);
@@ -160,11 +171,26 @@ void defer_check(BufferPtr ok, std::string message, bool index_error) {
   if (pending_checks.size() % kSweepAt != 0) return;
   std::vector<PendingCheck> kept;
   for (PendingCheck& c : pending_checks) {
-    bool value = false;
-    if (!c.ok->is_deferred() && c.ok->ready_event().is_ready()) c.ok->to_host(&value, 1);
-    if (!value) kept.push_back(std::move(c));
+    size_t n = c.messages.size();
+    std::unique_ptr<bool[]> values(new bool[n]());
+    if (!c.ok->is_deferred() && c.ok->ready_event().is_ready()) c.ok->to_host(values.get(), n);
+    if (!all_true(values.get(), n)) kept.push_back(std::move(c));
   }
   pending_checks.swap(kept);
+}
+}  // namespace
+
+void defer_check(BufferPtr ok, std::string message, bool index_error) {
+  add_check(PendingCheck{std::move(ok), {std::move(message)}, {index_error}});
+}
+
+void defer_checks(BufferPtr ok, std::vector<std::string> messages, std::vector<bool> index_errors) {
+  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(messages.size()) == ok->element_count() &&
+                        messages.size() == index_errors.size(),
+                        "torch_pjrt: a check buffer of ", ok->element_count(),
+                        " conditions with ", messages.size(), " messages");
+  if (messages.empty()) return;
+  add_check(PendingCheck{std::move(ok), std::move(messages), std::move(index_errors)});
 }
 
 void raise_failed_checks() {
@@ -175,22 +201,20 @@ void raise_failed_checks() {
     checks.swap(pending_checks);
   }
   // All copies are started before any is waited for: one round trip for
-  // every check, not one each (a compiled decode step makes several per call).
-  std::unique_ptr<bool[]> values(new bool[checks.size()]());
+  // every check, not one each (a compiled decode step makes one per call).
+  std::vector<std::unique_ptr<bool[]>> values;
   std::vector<pjrt::Event> copies;
+  values.reserve(checks.size());
   copies.reserve(checks.size());
-  for (size_t i = 0; i < checks.size(); ++i) {
-    copies.push_back(checks[i].ok->to_host_async(&values[i], 1));
+  for (const PendingCheck& check : checks) {
+    size_t n = check.messages.size();
+    values.emplace_back(new bool[n]());
+    copies.push_back(check.ok->to_host_async(values.back().get(), n));
   }
   for (pjrt::Event& e : copies) e.await("reading a deferred check");
   for (size_t i = 0; i < checks.size(); ++i) {
-    if (values[i]) continue;
-    const char* when = " (reported when the host next waited for the device)";
-    if (checks[i].index_error) {
-      TORCH_CHECK_INDEX(false, checks[i].message, when);
-    } else {
-      TORCH_CHECK(false, checks[i].message, when);
-    }
+    raise_first_failure(checks[i], values[i].get(),
+                        " (reported when the host next waited for the device)");
   }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "eager/device_events.h"
@@ -45,6 +46,10 @@ void reset_host_syncs();
 // the host next waits for the device. Raises IndexError with `message`, or
 // RuntimeError when `index_error` is false.
 void defer_check(BufferPtr ok, std::string message, bool index_error = true);
+// Several conditions in one pred[N] buffer (a compiled graph's checks):
+// `messages[i]` and `index_errors[i]` belong to element i. One read covers
+// them all.
+void defer_checks(BufferPtr ok, std::vector<std::string> messages, std::vector<bool> index_errors);
 // Reads every deferred condition; raises the first that failed.
 void raise_failed_checks();
 
