@@ -250,7 +250,14 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& name, const std::
         outs.push_back(flags.size() == 1 ? flags[0] : b.concatenate(flags, 0));
       }
       b.set_outputs(outs);
-      graph->check_messages = build.check_messages();
+      if (!build.check_messages().empty()) {
+        auto meaning = std::make_shared<CheckMessages>();
+        for (const std::string& tagged : build.check_messages()) {
+          meaning->messages.push_back("torch_pjrt: " + tagged.substr(1));
+          meaning->index_errors.push_back(tagged[0] == 'I');
+        }
+        graph->checks = std::move(meaning);
+      }
       built = true;
     });
   } catch (const hlo::BuildError& e) {
@@ -267,12 +274,13 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& name, const std::
   // The same key always builds the same program, checks included; a hit
   // in this process's program cache reuses what the first build recorded.
   static std::mutex mutex;
-  static auto* known = new std::unordered_map<const Program*, std::vector<std::string>>();
+  static auto* known =
+      new std::unordered_map<const Program*, std::shared_ptr<const CheckMessages>>();
   std::lock_guard<std::mutex> lock(mutex);
   if (built) {
-    (*known)[graph->program] = graph->check_messages;
+    (*known)[graph->program] = graph->checks;
   } else if (auto it = known->find(graph->program); it != known->end()) {
-    graph->check_messages = it->second;
+    graph->checks = it->second;
   }
   return graph;
 }
@@ -326,15 +334,7 @@ std::vector<c10::optional<at::Tensor>> run_graph(const GraphProgram& graph,
       alone ? run_program(program, buffers, device, may_donate, /*fusable=*/false)
             : eager::record(program, buffers, device, /*compiled_graph=*/true);
   buffers.clear();
-  if (!graph.check_messages.empty()) {
-    std::vector<std::string> messages;
-    std::vector<bool> index_errors;
-    for (const std::string& tagged : graph.check_messages) {
-      messages.push_back("torch_pjrt: " + tagged.substr(1));
-      index_errors.push_back(tagged[0] == 'I');
-    }
-    defer_checks(outputs[graph.num_results], std::move(messages), std::move(index_errors));
-  }
+  if (graph.checks) defer_checks(outputs[graph.num_results], graph.checks);
   std::vector<c10::optional<at::Tensor>> results(graph.num_results);
   std::vector<bool> written(graph.num_results, false);
   for (const auto& [input, result] : mutations) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "eager/execute.h"
 #include "eager/program_cache.h"
 
 namespace torch_pjrt::backend {
@@ -45,8 +46,9 @@ struct GraphProgram {
   size_t num_results = 0;
   bool random = false;
   std::vector<GraphInput> inputs;
-  // each tagged 'I' or 'R'; all travel as one pred[N] output after the results
-  std::vector<std::string> check_messages;
+  // The data checks' meaning, element by element of the one pred[N] output
+  // after the results; null when the graph has none.
+  std::shared_ptr<const CheckMessages> checks;
 };
 
 // Builds (or finds) the program for a graph. `key` identifies the graph's

@@ -204,7 +204,9 @@ void bind_graphs(py::module& m) {
       });
   py::class_<GraphProgram, std::shared_ptr<GraphProgram>>(m, "_GraphProgram")
       .def_property_readonly("num_results", [](const GraphProgram& g) { return g.num_results; })
-      .def_property_readonly("num_checks", [](const GraphProgram& g) { return g.check_messages.size(); })
+      .def_property_readonly("num_checks", [](const GraphProgram& g) {
+        return g.checks ? g.checks->messages.size() : size_t{0};
+      })
       .def("run", [](const GraphProgram& g, const std::vector<at::Tensor>& args, int device,
                      const std::vector<std::pair<int, int>>& mutations) {
         return run_graph(g, args, device, mutations);

@@ -133,19 +133,19 @@ std::mutex checks_mutex;
 // graph's checks), with a message and an error type per element.
 struct PendingCheck {
   BufferPtr ok;
-  std::vector<std::string> messages;
-  std::vector<bool> index_errors;
+  std::shared_ptr<const CheckMessages> meaning;
 };
 std::vector<PendingCheck> pending_checks;
 
 // Raises for the first element of `values` that is false.
 void raise_first_failure(const PendingCheck& check, const bool* values, const char* when) {
-  for (size_t i = 0; i < check.messages.size(); ++i) {
+  const CheckMessages& m = *check.meaning;
+  for (size_t i = 0; i < m.messages.size(); ++i) {
     if (values[i]) continue;
-    if (check.index_errors[i]) {
-      TORCH_CHECK_INDEX(false, check.messages[i], when);
+    if (m.index_errors[i]) {
+      TORCH_CHECK_INDEX(false, m.messages[i], when);
     } else {
-      TORCH_CHECK(false, check.messages[i], when);
+      TORCH_CHECK(false, m.messages[i], when);
     }
   }
 }
@@ -156,8 +156,9 @@ bool all_true(const bool* values, size_t n) {
 
 void add_check(PendingCheck check) {
   if (settings().eager == EagerMode::kDebug) {
-    std::unique_ptr<bool[]> values(new bool[check.messages.size()]());
-    check.ok->to_host(values.get(), check.messages.size());
+    size_t n = check.meaning->messages.size();
+    std::unique_ptr<bool[]> values(new bool[n]());
+    check.ok->to_host(values.get(), n);
     raise_first_failure(check, values.get(), "");
     return;
   }
@@ -171,7 +172,7 @@ void add_check(PendingCheck check) {
   if (pending_checks.size() % kSweepAt != 0) return;
   std::vector<PendingCheck> kept;
   for (PendingCheck& c : pending_checks) {
-    size_t n = c.messages.size();
+    size_t n = c.meaning->messages.size();
     std::unique_ptr<bool[]> values(new bool[n]());
     if (!c.ok->is_deferred() && c.ok->ready_event().is_ready()) c.ok->to_host(values.get(), n);
     if (!all_true(values.get(), n)) kept.push_back(std::move(c));
@@ -181,16 +182,16 @@ void add_check(PendingCheck check) {
 }  // namespace
 
 void defer_check(BufferPtr ok, std::string message, bool index_error) {
-  add_check(PendingCheck{std::move(ok), {std::move(message)}, {index_error}});
+  add_check(PendingCheck{std::move(ok), std::make_shared<const CheckMessages>(CheckMessages{
+                                            {std::move(message)}, {index_error}})});
 }
 
-void defer_checks(BufferPtr ok, std::vector<std::string> messages, std::vector<bool> index_errors) {
-  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(messages.size()) == ok->element_count() &&
-                        messages.size() == index_errors.size(),
+void defer_checks(BufferPtr ok, std::shared_ptr<const CheckMessages> meaning) {
+  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(meaning->messages.size()) == ok->element_count() &&
+                        meaning->messages.size() == meaning->index_errors.size(),
                         "torch_pjrt: a check buffer of ", ok->element_count(),
-                        " conditions with ", messages.size(), " messages");
-  if (messages.empty()) return;
-  add_check(PendingCheck{std::move(ok), std::move(messages), std::move(index_errors)});
+                        " conditions with ", meaning->messages.size(), " messages");
+  add_check(PendingCheck{std::move(ok), std::move(meaning)});
 }
 
 void raise_failed_checks() {
@@ -207,7 +208,7 @@ void raise_failed_checks() {
   values.reserve(checks.size());
   copies.reserve(checks.size());
   for (const PendingCheck& check : checks) {
-    size_t n = check.messages.size();
+    size_t n = check.meaning->messages.size();
     values.emplace_back(new bool[n]());
     copies.push_back(check.ok->to_host_async(values.back().get(), n));
   }

@@ -46,10 +46,16 @@ void reset_host_syncs();
 // the host next waits for the device. Raises IndexError with `message`, or
 // RuntimeError when `index_error` is false.
 void defer_check(BufferPtr ok, std::string message, bool index_error = true);
-// Several conditions in one pred[N] buffer (a compiled graph's checks):
-// `messages[i]` and `index_errors[i]` belong to element i. One read covers
-// them all.
-void defer_checks(BufferPtr ok, std::vector<std::string> messages, std::vector<bool> index_errors);
+// What the elements of a pred[N] check buffer mean: element i raises
+// `messages[i]`, as IndexError when `index_errors[i]`, else RuntimeError.
+struct CheckMessages {
+  std::vector<std::string> messages;
+  std::vector<bool> index_errors;
+};
+// Several conditions in one pred[N] buffer (a compiled graph's checks); the
+// messages are built once per graph and shared by every call. One read
+// covers them all.
+void defer_checks(BufferPtr ok, std::shared_ptr<const CheckMessages> meaning);
 // Reads every deferred condition; raises the first that failed.
 void raise_failed_checks();
 
