@@ -235,17 +235,27 @@ def _llama_fwd(mode: Mode, batch: int, seq: int) -> Case:
     return Case(step=step, sync=_sync(mode))
 
 
+_PROMPT = list(b"The compiler ")
+
+
+def _jax_decode(mode: Mode, new_tokens: int) -> Case:
+    """Both decode workloads' JAX form: a loop over one jitted step."""
+    from . import jax_forms
+
+    prompt = torch.tensor([_PROMPT], dtype=torch.long)
+    return jax_forms.llama_decode(mode, _tiny_llama().eval(), prompt, new_tokens)
+
+
+def _decode_model(dev: str) -> tuple[torch.nn.Module, torch.Tensor]:
+    return _tiny_llama().eval().to(dev), torch.tensor([_PROMPT], dtype=torch.long, device=dev)
+
+
 def _llama_decode(mode: Mode, new_tokens: int) -> Case:
     import transformers
 
-    dev = mode.device
     if mode.compiler in _JAX:
-        from . import jax_forms
-
-        prompt = torch.tensor([list(b"The compiler ")], dtype=torch.long)
-        return jax_forms.llama_decode(mode, _tiny_llama().eval(), prompt, new_tokens)
-    model = _tiny_llama().eval().to(dev)
-    prompt = torch.tensor([list(b"The compiler ")], dtype=torch.long, device=dev)
+        return _jax_decode(mode, new_tokens)
+    model, prompt = _decode_model(mode.device)
     kwargs: dict[str, Any] = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                                   do_sample=False, cache_implementation="static")
     if mode.compiler in ("tpu", "inductor"):
@@ -271,14 +281,10 @@ def _llama_decode_loop(mode: Mode, new_tokens: int) -> Case:
     `generate()`'s per-token Python (logits processors, stopping checks)."""
     import transformers
 
-    dev = mode.device
     if mode.compiler in _JAX:
-        from . import jax_forms
-
-        prompt = torch.tensor([list(b"The compiler ")], dtype=torch.long)
-        return jax_forms.llama_decode(mode, _tiny_llama().eval(), prompt, new_tokens)
-    model = _tiny_llama().eval().to(dev)
-    prompt = torch.tensor([list(b"The compiler ")], dtype=torch.long, device=dev)
+        return _jax_decode(mode, new_tokens)
+    dev = mode.device
+    model, prompt = _decode_model(dev)
     length = prompt.shape[1]
     cache = transformers.StaticCache(config=model.config, max_cache_len=length + new_tokens)
     # Allocated before the first call, as generate() does for a compiled
