@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "eager/device_events.h"
 #include "eager/execute.h"
 #include "eager/program_cache.h"
 #include "backend/runtime_state.h"
@@ -72,6 +73,20 @@ Rendezvous::Results launch(const hlo::CollectiveSpec& spec,
     if (it == ids.end()) throw std::runtime_error("the collective program runs on an unknown device");
     owner[d] = static_cast<size_t>(it - ids.begin());
     for (const BufferPtr& b : all[owner[d]].buffers) args[d].push_back(b.get());
+  }
+  // Nothing may be queued on a participating device when the collective
+  // launches. The CPU plugin prepares each replica on a pool thread, which
+  // blocks while the device's in-flight limit is taken by queued work, and
+  // runs each replica on a pool thread that stays in the collective's
+  // rendezvous until all replicas arrive. With the pool no larger than the
+  // device count, one replica in the rendezvous and another waiting for a
+  // slot leave the queued work no thread to run on: the launch never
+  // finishes. Every rank of the group is parked in this meeting, so
+  // draining their devices here waits only for work the collective would
+  // wait for anyway.
+  for (const auto& arrival : all) backend::wait_for_events(arrival.device, "collective launch");
+  for (const auto& per_device : args) {
+    for (const pjrt::Buffer* b : per_device) b->ready_event().await("collective input ready");
   }
   pjrt::ExecuteOptions options;
   options.launch_id = next_launch_id();
