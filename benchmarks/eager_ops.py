@@ -10,6 +10,10 @@ figure is the median over batches of N calls, N chosen so that a batch takes
 about 100 ms; the batches of the three ways are interleaved so that drift in
 the machine's speed hits all of them alike.
 
+A second table times the host read round trip: a 4-op chain at 64x64 whose
+one-element result is read back with .cpu() or .item() after every chain,
+against the chain alone, on the tpu device and on CPU PyTorch.
+
 The per-op overhead of this backend on a cache hit is derived across two runs:
 the tpu time with a sync after every op at 64x64, minus the PJRT launch + await
 latency of the most recent runtime benchmark in benchmarks/results/
@@ -48,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runtime import DEFAULT_OUT, fmt, machine_facts, machine_tag
 from _common import plugin_facts, write_results
 
-SCHEMA = "torch-pjrt/eager-ops-bench/1"
+SCHEMA = "torch-pjrt/eager-ops-bench/2"
 DEVICE = torch_pjrt.settings().device_name
 
 Op = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -125,12 +129,72 @@ def run_batch(op: Op, a: torch.Tensor, b: torch.Tensor, n: int, mode: str) -> fl
         gc.enable()
 
 
-def calls_per_batch(op: Op, a: torch.Tensor, b: torch.Tensor, mode: str, target_s: float) -> int:
-    step = FUSED_CHUNK if mode == "tpu_fused" else 1  # fused: whole chunks, one program
+def calibrate(run: Callable[[int], float], target_s: float, step: int = 1) -> int:
+    """Calls per batch (a multiple of `step`) for a batch of about target_s."""
     n = step
-    while (elapsed := run_batch(op, a, b, n, mode)) < CALIBRATION_S:
+    while (elapsed := run(n)) < CALIBRATION_S:
         n *= 2
     return max(step, round(target_s * n / elapsed / step) * step)
+
+
+def calls_per_batch(op: Op, a: torch.Tensor, b: torch.Tensor, mode: str, target_s: float) -> int:
+    step = FUSED_CHUNK if mode == "tpu_fused" else 1  # fused: whole chunks, one program
+    return calibrate(lambda n: run_batch(op, a, b, n, mode), target_s, step)
+
+
+# The host-read round trip: a short chain of small ops whose one-element
+# result is read back after every chain (.cpu() or .item()), against the same
+# chain with one synchronize() per batch. The difference is what a read costs
+# on top of the chain: the wait for the chain's last program and the copy back.
+READS = ("none", "cpu", "item")
+CHAIN_OPS = 4
+
+
+def chain(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return ((a + b) * b - a).sum()  # CHAIN_OPS ops
+
+
+def run_chain_batch(a: torch.Tensor, b: torch.Tensor, n: int, read: str) -> float:
+    on_device = a.device.type != "cpu"
+    if on_device:
+        sync()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(n):
+            result = chain(a, b)
+            if read == "cpu":
+                result.cpu()
+            elif read == "item":
+                result.item()
+        if on_device:
+            sync()
+        return time.perf_counter() - start
+    finally:
+        gc.enable()
+
+
+def bench_reads(batches: int, target_s: float) -> dict[str, Any]:
+    gen = torch.Generator().manual_seed(1)
+    a_cpu, b_cpu = (torch.randn(SIZES["small"], generator=gen) for _ in range(2))
+    on = {"cpu": (a_cpu, b_cpu), "tpu": (a_cpu.to(DEVICE), b_cpu.to(DEVICE))}
+    torch.testing.assert_close(chain(*on["tpu"]).cpu(), chain(*on["cpu"]), rtol=1e-4, atol=1e-3)
+    cells = [(where, read) for where in on for read in READS]
+    for where, read in cells:
+        run_chain_batch(*on[where], 3, read)  # warm-up
+    n = {c: calibrate(lambda k, c=c: run_chain_batch(*on[c[0]], k, c[1]), target_s) for c in cells}
+    samples: dict[tuple[str, str], list[float]] = {c: [] for c in cells}
+    for _ in range(batches):
+        for c in cells:
+            samples[c].append(run_chain_batch(*on[c[0]], n[c], c[1]) / n[c] * 1e6)
+    us = {c: statistics.median(v) for c, v in samples.items()}
+    return {
+        "chain": f"((a + b) * b - a).sum(), {CHAIN_OPS} ops at "
+                 + "x".join(map(str, SIZES["small"])),
+        **{where: {read: round(us[(where, read)], 3) for read in READS} for where in on},
+        "read_cost_us": {where: {read: round(us[(where, read)] - us[(where, "none")], 3)
+                                 for read in READS if read != "none"} for where in on},
+    }
 
 
 def compile_events() -> dict[str, int]:
@@ -302,7 +366,20 @@ def markdown(record: dict[str, Any]) -> str:
         f"executions per tpu call: {checks['executions_per_call']}; per fused call: "
         f"{checks['fused_executions_per_call']}.\n"
     )
-    return header + "\n".join(table) + "\n" + overhead + check
+    reads = record["reads"]
+    cost = reads["read_cost_us"]
+    read_table = (
+        "\n## Host read round trip\n\n"
+        f"A chain {reads['chain']}, its one-element result read after every chain, against "
+        "the chain alone (one synchronize() per batch). µs per chain; the read's cost is the "
+        "difference (target on tpu: at most 10 µs).\n\n"
+        "| where | chain µs | chain + .cpu() µs | chain + .item() µs | .cpu() costs µs "
+        "| .item() costs µs |\n| --- | ---: | ---: | ---: | ---: | ---: |\n"
+        + "".join(f"| {w} | {fmt(reads[w]['none'])} | {fmt(reads[w]['cpu'])} "
+                  f"| {fmt(reads[w]['item'])} | {fmt(cost[w]['cpu'])} | {fmt(cost[w]['item'])} |\n"
+                  for w in ("cpu", "tpu"))
+    )
+    return header + "\n".join(table) + "\n" + overhead + read_table + check
 
 
 def main() -> None:
@@ -332,6 +409,11 @@ def main() -> None:
                 flush=True,
             )
 
+    reads = bench_reads(args.batches, args.batch_ms / 1e3)
+    print(f"host read after a {CHAIN_OPS}-op chain on tpu: .cpu() +"
+          f"{reads['read_cost_us']['tpu']['cpu']:.3g} µs, .item() +"
+          f"{reads['read_cost_us']['tpu']['item']:.3g} µs", flush=True)
+
     counted = ("compilations", "cache_hits_disk", "program_cache_misses", "fallback_ops")
     checks: dict[str, Any] = {key: sum(r["after_warmup"][key] for r in ops) for key in counted}
     per_call = {r["after_warmup"]["executions_per_call"] for r in ops}
@@ -359,6 +441,7 @@ def main() -> None:
         "ops": ops,
         "runtime_reference": reference,
         "overheads": overheads(ops, reference),
+        "reads": reads,
         "checks": checks,
         "elapsed_s": round(time.perf_counter() - started, 1),
     }

@@ -33,7 +33,7 @@ void wait_for_events(int device, const char* what) {
       list.clear();
     }
   }
-  for (auto& e : events) e.await(what);
+  for (auto& e : events) e.await_polling(what, pjrt::kHostSyncPoll);
 }
 
 }  // namespace torch_pjrt::backend

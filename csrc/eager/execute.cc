@@ -212,7 +212,7 @@ void raise_failed_checks() {
     values.emplace_back(new bool[n]());
     copies.push_back(check.ok->to_host_async(values.back().get(), n));
   }
-  for (pjrt::Event& e : copies) e.await("reading a deferred check");
+  for (pjrt::Event& e : copies) e.await_polling("reading a deferred check", pjrt::kHostSyncPoll);
   for (size_t i = 0; i < checks.size(); ++i) {
     raise_first_failure(checks[i], values[i].get(),
                         " (reported when the host next waited for the device)");

@@ -178,7 +178,7 @@ Event Buffer::to_host_async(void* dst, size_t dst_size) const {
 }
 
 void Buffer::to_host(void* dst, size_t dst_size) const {
-  to_host_async(dst, dst_size).await("device-to-host copy");
+  to_host_async(dst, dst_size).await_polling("device-to-host copy", kHostSyncPoll);
 }
 
 Event Buffer::copy_raw_to_host_async(void* dst, int64_t offset, int64_t size) const {

@@ -65,7 +65,7 @@ class Buffer {
   // which must equal byte_size()). `dst` must stay valid until the returned
   // event completes.
   Event to_host_async(void* dst, size_t dst_size) const;
-  // Copies and waits.
+  // Copies and waits, polling before it blocks (a host sync: Event::await_polling).
   void to_host(void* dst, size_t dst_size) const;
   // Starts copying `size` bytes from byte `offset` of the buffer's on-device
   // representation into `dst`. That is the dense row-major contents only on

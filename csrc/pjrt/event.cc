@@ -1,6 +1,7 @@
 #include "pjrt/event.h"
 
 #include <memory>
+#include <thread>
 #include <utility>
 
 namespace torch_pjrt::pjrt {
@@ -34,6 +35,15 @@ void Event::await(const char* what) const {
   auto args = TORCH_PJRT_ARGS(PJRT_Event_Await_Args);
   args.event = event_;
   check(api_, api_->PJRT_Event_Await(&args), what);
+}
+
+void Event::await_polling(const char* what, std::chrono::microseconds poll) const {
+  if (event_ == nullptr) return;
+  const auto deadline = std::chrono::steady_clock::now() + poll;
+  // yield, not a busy spin: on a machine with as many threads as cores the
+  // plugin's worker that completes the event may need this core.
+  while (!is_ready() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  await(what);  // ready: returns at once, with the error it completed with
 }
 
 bool Event::is_ready() const {
