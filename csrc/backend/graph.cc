@@ -160,6 +160,14 @@ class GraphBuild {
       bool static_scalar = std::find(lowering->static_scalars.begin(), lowering->static_scalars.end(),
                                      static_cast<int>(i)) != lowering->static_scalars.end();
       args.push_back(convert_arg(node.op, formal, obj, static_scalar));
+      const auto& special = lowering->special_scalar;
+      if (special && special->arg == static_cast<int>(i) &&
+          args.back().kind == LoweringArg::Kind::kScalar && !py::isinstance<py::bool_>(obj) &&
+          (py::isinstance<py::int_>(obj) || py::isinstance<py::float_>(obj))) {
+        c10::Scalar s = py::isinstance<py::int_>(obj) ? c10::Scalar(obj.cast<int64_t>())
+                                                      : c10::Scalar(obj.cast<double>());
+        if (special->is_special(s)) args.back().value = s;  // a constant here anyway
+      }
     }
     ops::LoweringContext ctx(b_, lowering->op, std::move(args));
     if (lowering->random) {

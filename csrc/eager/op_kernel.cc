@@ -341,6 +341,12 @@ PreparedCall prepare(const std::string& op, const ops::Lowering& lowering,
         add_scalar_param(call, f64 ? ElementType::kF64 : ElementType::kF32, s.toDouble(), 0,
                          false);
       }
+      const auto& special = lowering.special_scalar;
+      if (special && special->arg == static_cast<int>(i) && special->is_special(s)) {
+        a.value = v;  // the lowering may specialise the program to it: keyed
+        call.key.attr("special");
+        hash_static(call.key, v);
+      }
     } else {
       a.kind = LoweringArg::Kind::kStatic;
       a.value = v;

@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <cmath>
+#include <optional>
 
 #include "ops/helpers.h"
 
@@ -402,10 +403,66 @@ void register_shifts() {
   }
 }
 
+// The exponents the lowering needs to know: those torch's CPU kernel
+// computes without pow, and negative integers (an error for integer tensors).
+bool special_exponent(const c10::Scalar& e) {
+  if (e.isComplex() || e.isBoolean()) return false;
+  if (e.isIntegral(false) && e.toLong() < 0) return true;
+  double v = e.toDouble();
+  return v == 0 || v == 1 || v == 2 || v == 3 || v == 0.5 || v == -0.5 || v == -1 || v == -2;
+}
+
+// x ** e for a special exponent, as torch's kernel forms it (x * x * x for
+// 3, 1 / (x * x) for -2), in the type torch computes it in (float32 for the
+// 16-bit floats). Empty when torch would not take its special form: complex
+// results, float16 to the power +-0.5 (torch's half kernel calls pow there,
+// which differs from sqrt at -0 and -inf) and exponents outside the list.
+std::optional<Value> pow_by_special_exponent(Builder& b, Value x, c10::ScalarType type, double e) {
+  bool real_float = c10::isFloatingType(type);
+  if (!special_exponent(c10::Scalar(e)) || c10::isComplexType(type) ||
+      (!real_float && (e < 0 || e != static_cast<int64_t>(e))) ||
+      (type == c10::kHalf && (e == 0.5 || e == -0.5))) {
+    return std::nullopt;
+  }
+  c10::ScalarType math = opmath_type(type);
+  Value v = convert(b, x, math);
+  auto one = [&] { return b.splat(b.constant(1.0, et(math)), b.dims(v)); };
+  Value r;
+  if (e == 0) {
+    r = one();  // torch: 1 everywhere, nan included
+  } else if (e == 1) {
+    r = v;
+  } else if (e == 2) {
+    r = b.binary("multiply", v, v);
+  } else if (e == 3) {
+    r = b.binary("multiply", b.binary("multiply", v, v), v);
+  } else if (e == 0.5) {
+    r = b.unary("sqrt", v);
+  } else if (e == -0.5) {
+    r = b.unary("rsqrt", v);
+  } else if (e == -1) {
+    r = b.binary("divide", one(), v);
+  } else {  // -2
+    r = b.binary("divide", one(), b.binary("multiply", v, v));
+  }
+  return convert(b, r, type);
+}
+
 void register_pow() {
   auto lower = [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     c10::ScalarType type = result_type(ctx, {0, 1});
+    const LoweringArg& exponent = ctx.arg(1);
+    if (exponent.kind == LoweringArg::Kind::kScalar && exponent.value.isScalar()) {
+      c10::Scalar e = exponent.value.toScalar();
+      TORCH_CHECK(!(c10::isIntegralType(type, /*includeBool=*/true) && e.isIntegral(false) &&
+                    e.toLong() < 0),
+                  "Integers to negative integer powers are not allowed.");
+      Value x = promote_and_broadcast(b, {ctx.tensor(0)}, type)[0];
+      if (auto r = pow_by_special_exponent(b, x, type, e.toDouble())) {
+        return std::vector<Value>{*r};
+      }
+    }
     auto xs = promote_and_broadcast(b, {ctx.tensor(0), ctx.tensor(1)}, type);
     return std::vector<Value>{b.binary("power", xs[0], xs[1])};
   };
@@ -413,6 +470,7 @@ void register_pow() {
                     {"aten::pow_.Tensor", "aten::pow.Tensor_Tensor_out"});
   register_lowering("aten::pow.Tensor_Scalar", lower,
                     {"aten::pow_.Scalar", "aten::pow.Tensor_Scalar_out"});
+  specialize_scalar("aten::pow.Tensor_Scalar", 1, special_exponent);
   register_lowering("aten::pow.Scalar", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     c10::ScalarType type = result_type(ctx, {0, 1});

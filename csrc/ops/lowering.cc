@@ -45,6 +45,13 @@ void register_graph_lowering(const std::string& op, LoweringFn fn,
   names[op]->graph_only = true;
 }
 
+void specialize_scalar(const std::string& op, int arg, bool (*is_special)(const c10::Scalar&)) {
+  auto& names = registry().by_name;
+  auto it = names.find(op);
+  TORCH_INTERNAL_ASSERT(it != names.end(), "torch_pjrt: no lowering for ", op, " to specialise");
+  it->second->special_scalar = Lowering::SpecialScalar{arg, is_special};
+}
+
 LoweringArg tensor_arg(Value v, c10::ScalarType dtype) {
   LoweringArg a;
   a.kind = LoweringArg::Kind::kTensor;

@@ -36,7 +36,8 @@ struct LoweringArg {
   std::vector<c10::ScalarType> dtypes;  // kTensorList
   std::vector<bool> present;       // kTensorList of optional tensors: false for None
   bool wrapped_number = false;     // kScalar and 0-d CPU tensors: a Python number
-  c10::IValue value;               // kStatic
+  c10::IValue value;               // kStatic; kScalar: the value, when the program
+                                   // is specialised to it (Lowering::special_scalar)
   // kTensor passed without data (Lowering::shape_only); `tensor` is zeros.
   bool placeholder = false;
   std::vector<int64_t> placeholder_dims;
@@ -116,6 +117,17 @@ struct Lowering {
   // say so (native_batch_norm's running statistics). The lowering returns
   // their new values after its outputs, for the defined ones, in order.
   std::vector<int> mutated_args;
+  // A Scalar argument (its position) whose value the lowering has a cheaper
+  // program for when `is_special(value)` holds: pow's exponent 2 is x*x, as
+  // torch's own CPU kernel computes it, where a runtime exponent makes XLA
+  // call powf per element. A special value reaches the lowering as
+  // LoweringArg::value and keys the program; other values stay runtime
+  // parameters, so a changing exponent still never recompiles.
+  struct SpecialScalar {
+    int arg = -1;
+    bool (*is_special)(const c10::Scalar&) = nullptr;
+  };
+  std::optional<SpecialScalar> special_scalar;
   // Used by compiled graphs only: eager mode implements the op otherwise
   // (views are storage metadata there), so no eager kernel is registered.
   bool graph_only = false;
@@ -127,6 +139,10 @@ void register_lowering(const std::string& op, LoweringFn fn,
                        std::vector<std::string> aliases = {}, std::vector<int> static_scalars = {},
                        std::vector<int> shape_only = {}, bool random = false,
                        std::vector<int> mutated_args = {});
+
+// Gives the lowering of `op` (and its variants) a special scalar argument
+// (Lowering::special_scalar).
+void specialize_scalar(const std::string& op, int arg, bool (*is_special)(const c10::Scalar&));
 
 // Registers a lowering that only compiled graphs use (see Lowering::graph_only).
 void register_graph_lowering(const std::string& op, LoweringFn fn,
