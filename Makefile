@@ -69,10 +69,11 @@ FUSED_TESTS = tests/test_device.py tests/test_eager.py tests/test_storage_views.
 # (pytest-xdist); most tests keep one core busy with Python and compiles,
 # so two workers cut the wall time by about a quarter. Each worker has its
 # own compile cache (tests/conftest.py), and multi-process tests pick free ports.
-# The distributed tests run alone afterwards: their ranks-as-threads run uses
-# XLA's in-process collectives, whose rendezvous aborts the process when one
-# participant is 40 s late, which a busy second worker (a 4-rank torchrun
-# beside it) was seen to cause on 2 cores.
+# The distributed tests run alone afterwards: their multi-process runs (a
+# 4-rank torchrun) would share 2 cores with the other worker, and their
+# ranks-as-threads run uses XLA's in-process collectives, whose rendezvous
+# aborts the process when a participant is 40 s late (a stall once seen
+# under that load; its cause is fixed, see docs/ARCHITECTURE.md, Build).
 PYTEST_WORKERS ?= 2
 test-python: build $(STAMPS)/bench-pip $(STAMPS)/kernels-pip $(STAMPS)/hf-suite-pip $(STAMPS)/hf-ecosystem-pip
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=25 --ignore=tests/test_distributed.py tests

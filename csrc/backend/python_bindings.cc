@@ -389,7 +389,10 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("nbytes", &Buffer::byte_size)
       .def_property_readonly("is_deleted", &Buffer::is_deleted)
       .def(
-          "block_until_ready", [](const Buffer& b) { b.ready_event().await_polling("buffer ready", pjrt::kHostSyncPoll); },
+          "block_until_ready",
+          [](const Buffer& b) {
+            b.ready_event().await_polling("buffer ready", pjrt::kHostSyncPoll);
+          },
           py::call_guard<py::gil_scoped_release>());
 
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
