@@ -403,13 +403,16 @@ void register_shifts() {
   }
 }
 
-// The exponents the lowering needs to know: those torch's CPU kernel
-// computes without pow, and negative integers (an error for integer tensors).
+// The exponents torch's CPU kernel computes without pow.
+bool cheap_exponent(double v) {
+  return v == 0 || v == 1 || v == 2 || v == 3 || v == 0.5 || v == -0.5 || v == -1 || v == -2;
+}
+
+// The exponents the lowering needs to know: the cheap ones, and negative
+// integers (an error for integer tensors).
 bool special_exponent(const c10::Scalar& e) {
   if (e.isComplex() || e.isBoolean()) return false;
-  if (e.isIntegral(false) && e.toLong() < 0) return true;
-  double v = e.toDouble();
-  return v == 0 || v == 1 || v == 2 || v == 3 || v == 0.5 || v == -0.5 || v == -1 || v == -2;
+  return (e.isIntegral(false) && e.toLong() < 0) || cheap_exponent(e.toDouble());
 }
 
 // x ** e for a special exponent, as torch's kernel forms it (x * x * x for
@@ -419,7 +422,7 @@ bool special_exponent(const c10::Scalar& e) {
 // which differs from sqrt at -0 and -inf) and exponents outside the list.
 std::optional<Value> pow_by_special_exponent(Builder& b, Value x, c10::ScalarType type, double e) {
   bool real_float = c10::isFloatingType(type);
-  if (!special_exponent(c10::Scalar(e)) || c10::isComplexType(type) ||
+  if (!cheap_exponent(e) || c10::isComplexType(type) ||
       (!real_float && (e < 0 || e != static_cast<int64_t>(e))) ||
       (type == c10::kHalf && (e == 0.5 || e == -0.5))) {
     return std::nullopt;
