@@ -39,6 +39,10 @@ def pytest_collection_modifyitems(config, items):
 
 _CACHE = tempfile.mkdtemp(prefix="torch_pjrt_test_cache_")
 os.environ["TORCH_PJRT_CACHE_DIR"] = _CACHE
+# AOTAutograd's cache (which stores compiled graphs of the tpu backend) lives
+# under inductor's cache folder: one per test process too, so no test loads
+# graphs an earlier run stored.
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_CACHE, "inductor")
 # Models come from configs or installed packages; never from a hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

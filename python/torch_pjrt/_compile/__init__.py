@@ -27,7 +27,9 @@ Files: capture.py (what can be lowered, decompositions), lowering.py (one
 graph to nodes of the lowering table), region.py (programs per input
 signature, running them with mutations), backend.py (the Dynamo and
 AOTAutograd entry, partitioning), records.py (reports and counters),
-explain.py.
+output_code.py (the compiled graph AOTAutograd's cache stores, so a new
+process skips AOTAutograd), graph_store.py (a graph with its fake values
+as bytes), explain.py.
 """
 
 from .backend import tpu_backend

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import copy
 import operator
 
 import torch
@@ -74,6 +75,10 @@ def _build(gm: torch.fx.GraphModule, kind: str, base: str) -> Callable:
             return node.op == "call_function" and node in supported and (
                 isinstance(node.target, torch._ops.OpOverload) or node.target is operator.getitem)
 
+    # The partitioner rewrites the module it is given: it gets a copy, so
+    # the graph AOTAutograd handed over stays whole (it may be stored).
+    gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    supported = supported_nodes(gm)
     partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     split = partitioner.fuse_partitions(partitions)
@@ -111,18 +116,18 @@ def _with_eager_fallback(region: _Region, gm: torch.fx.GraphModule, record: Grap
 
 
 def _compiler(kind: str, base: str):
-    from torch._functorch.aot_autograd import make_boxed_func
+    """AOTAutograd's compiler for one kind of graph. It returns a
+    `TpuOutputCode`, which AOTAutograd's cache can store and load back."""
+    from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+
+    # Imported here: it imports inductor's OutputCode, ~1 s that
+    # `import torch_pjrt` should not pay.
+    from .output_code import TpuOutputCode
 
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
-        fn = _build(gm, kind, base)
+        return TpuOutputCode(gm, kind, base, _build)
 
-        def call(*args):
-            out = fn(*args)
-            return list(out) if isinstance(out, (list, tuple)) else [out]
-
-        return make_boxed_func(call)
-
-    return compile_graph
+    return SerializableAOTDispatchCompiler(TpuOutputCode, compile_graph)
 
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
@@ -140,4 +145,21 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
         decompositions=decompositions(),
         keep_inference_input_mutations=True,
     )
-    return backend(gm, example_inputs)
+    # AOTAutograd's cache stores our graphs only in its bundled form (the
+    # compiled graphs inside the entry), and the backward's only when it is
+    # compiled with the forward rather than at the first backward (building
+    # it then costs nothing here: programs are lowered on first call). The
+    # key gets this package's identity: the graphs it stores were
+    # decomposed for this lowering table.
+    from .output_code import cache_identity, current_graph
+
+    tag = torch.compiler.config.cache_key_tag
+    identity = cache_identity()
+    token = current_graph.set(base)
+    try:
+        with torch.compiler.config.patch(cache_key_tag=f"{tag}|{identity}" if tag else identity), \
+                torch._functorch.config.patch(bundled_autograd_cache=True,
+                                              force_non_lazy_backward_lowering=True):
+            return backend(gm, example_inputs)
+    finally:
+        current_graph.reset(token)
