@@ -136,6 +136,19 @@ def test_a_changed_shape_or_package_identity_is_a_miss(monkeypatch):
     assert aot("autograd_cache_hit") == 1 and aot("autograd_cache_miss") == 3
 
 
+def cold_then_warm(script: str, tmp_path, python_in_subprocess) -> list[dict]:
+    """Runs the script in two processes sharing inductor's and torch_pjrt's
+    cache folders; returns the JSON each printed last."""
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "TORCH_PJRT_CACHE_DIR": str(tmp_path / "programs")}
+    runs = []
+    for _ in range(2):
+        proc = python_in_subprocess(script.format(name=NAME), env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return runs
+
+
 STEP_SCRIPT = """
 import json, time, torch, torch_pjrt
 from torch._dynamo.utils import counters
@@ -179,14 +192,7 @@ def test_a_second_process_loads_the_compiled_training_step(tmp_path, python_in_s
     """A compiled step with a float lr under a scheduler, clipping and AdamW:
     the second process traces with Dynamo but takes every AOTAutograd graph
     from the cache, compiles no program, and trains as the first did."""
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "TORCH_PJRT_CACHE_DIR": str(tmp_path / "programs")}
-    runs = []
-    for _ in range(2):
-        proc = python_in_subprocess(STEP_SCRIPT.format(name=NAME), env=env, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    cold, warm = runs
+    cold, warm = cold_then_warm(STEP_SCRIPT, tmp_path, python_in_subprocess)
     saved = cold["aot"].get("autograd_cache_saved", 0)
     # forward+backward, clipping, the optimizer's graphs: each stored once.
     assert saved >= 3 and cold["aot"].get("autograd_cache_miss") == saved, cold["aot"]
@@ -256,14 +262,7 @@ def test_dynamo_caching_precompile_loads_a_compiled_model_without_tracing(
     and guards plus the backend's stored graphs); the second process runs
     the compiled model's training steps with no Dynamo tracing, no
     AOTAutograd and no XLA compile."""
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "TORCH_PJRT_CACHE_DIR": str(tmp_path / "programs")}
-    runs = []
-    for _ in range(2):
-        proc = python_in_subprocess(PRECOMPILE_SCRIPT.format(name=NAME), env=env, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    cold, warm = runs
+    cold, warm = cold_then_warm(PRECOMPILE_SCRIPT, tmp_path, python_in_subprocess)
     assert cold["dynamo"] == {"dynamo_cache_miss": 1} and cold["frames"]["ok"] >= 1, cold
     assert cold["aot"].get("autograd_cache_saved", 0) >= 1, cold
     assert warm["dynamo"] == {"dynamo_cache_hit": 1}, warm
