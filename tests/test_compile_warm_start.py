@@ -18,7 +18,10 @@ NAME = torch_pjrt.settings().device_name
 
 
 @pytest.fixture(autouse=True)
-def fresh_dynamo():
+def fresh_dynamo(tmp_path, monkeypatch):
+    # An empty cache per test: earlier tests in this process may have
+    # stored the same graphs.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     torch._dynamo.reset()
     counters.clear()
     torch_pjrt.reset_compile_report()
