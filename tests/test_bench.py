@@ -156,3 +156,31 @@ def test_rounds_merge_to_the_median_and_keep_failures():
     assert failed["status"] == "error" and failed["detail"] == "boom"
     with pytest.raises(SystemExit):
         runner.main(["--rounds", "0"])
+
+
+def test_warm_start_runs_a_second_process_on_the_first_ones_caches(monkeypatch):
+    seen = []
+
+    def fake_once(workload, mode, quick, repeats, timeout_s, env, out):
+        seen.append((out.name, env["TORCH_PJRT_CACHE_DIR"], env["TORCHINDUCTOR_CACHE_DIR"],
+                     env.get("JAX_COMPILATION_CACHE_DIR")))
+        first = 4.0 if out.name == "cold.json" else 1.0
+        return cell(workload, mode, 0.01, first_step_s=first, compilations_first_step=int(first))
+
+    monkeypatch.setattr(runner, "_cell_once", fake_once)
+    result = runner.run_cell_process("scale", "tpu_compiled", True, 3, 60, {}, warm_start=True)
+    (cold, *cold_dirs), (warm, *warm_dirs) = seen
+    assert (cold, warm) == ("cold.json", "warm.json") and cold_dirs == warm_dirs
+    assert all(cold_dirs)  # ours, inductor's and JAX's caches are shared by the two processes
+    assert result["first_step_s"] == 4.0 and result["warm_first_step_s"] == 1.0
+    assert result["warm_compilations_first_step"] == 1
+    seen.clear()
+    assert "warm_first_step_s" not in runner.run_cell_process("scale", "tpu_compiled", True, 3, 60, {})
+    assert [s[0] for s in seen] == ["cold.json"] and seen[0][3] is None
+
+    merged = runner.merge_rounds([dict(result, warm_first_step_s=w) for w in (1.0, 2.0, 6.0)])
+    assert merged["warm_first_step_s"] == 2.0 and merged["rounds_warm_first_step_s"] == [1.0, 2.0, 6.0]
+    run = dict(fake_run([dict(result, workload="scale", mode="cpu_eager"),
+                         cell("scale", "tpu_strict", 0.01)]), warm_start=True)
+    text = report.markdown(run)
+    assert "## Warm start" in text and "| scale | 1.00 s / 25% | n/a |" in text

@@ -140,6 +140,13 @@ def markdown(run: dict[str, Any]) -> str:
     lines += _mode_table(
         "First step (compilation included) / warm-up after it", results, workloads, modes,
         lambda c: f"{fmt_time(c['first_step_s'])} / {fmt_time(c['warmup_s'])}")
+    if run.get("warm_start"):
+        lines += _mode_table(
+            "Warm start: first step in a second process that finds the first one's caches / "
+            "its share of the cold first step", results, workloads, modes,
+            lambda c: (f"{fmt_time(c['warm_first_step_s'])} / "
+                       f"{100 * c['warm_first_step_s'] / c['first_step_s']:.0f}%"
+                       if c.get("warm_first_step_s") is not None else "n/a"))
     lines += ["## Compilations, programs per step, CPU fallbacks, host syncs per step, peak memory",
               "", "compiles: torch-pjrt programs in the first step / after warm-up; Dynamo graphs: "
               "captured in the whole cell (any backend); after step 2: programs and Dynamo graphs "

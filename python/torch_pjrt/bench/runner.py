@@ -86,7 +86,11 @@ class Progress:
 
 
 def run_cell_process(workload: str, mode: str, quick: bool, repeats: int, timeout_s: float,
-                     extra_env: dict[str, str]) -> dict:
+                     extra_env: dict[str, str], warm_start: bool = False) -> dict:
+    """Runs one cell in its own process with cold caches. With warm_start,
+    the same cell then runs again in a second process that finds the first
+    one's caches: its first step goes into `warm_first_step_s` (and its
+    compilations into `warm_compilations_first_step`)."""
     from .workloads import modes as all_modes
 
     env = dict(os.environ)
@@ -97,19 +101,37 @@ def run_cell_process(workload: str, mode: str, quick: bool, repeats: int, timeou
         env["TORCH_PJRT_CACHE_DIR"] = tmp
         env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor")
         env["TRITON_CACHE_DIR"] = str(Path(tmp) / "triton")
+        if warm_start:
+            # JAX's own persistent cache, for every program however quick
+            # to compile, so its warm start is measured like ours.
+            env["JAX_COMPILATION_CACHE_DIR"] = str(Path(tmp) / "jax")
+            env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+            env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
         env.setdefault("HF_HUB_OFFLINE", "1")
-        out = Path(tmp) / "cell.json"
-        cmd = [sys.executable, "-m", "torch_pjrt.bench.cell", "--workload", workload, "--mode", mode,
-               "--repeats", str(repeats), "--out", str(out)] + (["--quick"] if quick else [])
-        try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return CellResult(workload, mode, "error", f"timed out after {timeout_s:.0f} s").to_json()
-        if out.exists():
-            return json.loads(out.read_text())
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        return CellResult(workload, mode, "error",
-                          f"the cell process exited with {proc.returncode}: {tail[0][:300]}").to_json()
+        cold = _cell_once(workload, mode, quick, repeats, timeout_s, env, Path(tmp) / "cold.json")
+        if not warm_start or cold["status"] != "ok":
+            return cold
+        warm = _cell_once(workload, mode, quick, repeats, timeout_s, env, Path(tmp) / "warm.json")
+        if warm["status"] != "ok":
+            return dict(warm, detail=f"warm process: {warm['detail']}")
+        cold["warm_first_step_s"] = warm["first_step_s"]
+        cold["warm_compilations_first_step"] = warm["compilations_first_step"]
+        return cold
+
+
+def _cell_once(workload: str, mode: str, quick: bool, repeats: int, timeout_s: float,
+               env: dict[str, str], out: Path) -> dict:
+    cmd = [sys.executable, "-m", "torch_pjrt.bench.cell", "--workload", workload, "--mode", mode,
+           "--repeats", str(repeats), "--out", str(out)] + (["--quick"] if quick else [])
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return CellResult(workload, mode, "error", f"timed out after {timeout_s:.0f} s").to_json()
+    if out.exists():
+        return json.loads(out.read_text())
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    return CellResult(workload, mode, "error",
+                      f"the cell process exited with {proc.returncode}: {tail[0][:300]}").to_json()
 
 
 def merge_rounds(rounds: list[dict]) -> dict:
@@ -131,6 +153,9 @@ def merge_rounds(rounds: list[dict]) -> dict:
     chosen["rounds_first_step_s"] = [r["first_step_s"] for r in rounds]
     chosen["step_s"] = middle
     chosen["first_step_s"] = statistics.median(chosen["rounds_first_step_s"])
+    if all(r.get("warm_first_step_s") is not None for r in rounds):
+        chosen["rounds_warm_first_step_s"] = [r["warm_first_step_s"] for r in rounds]
+        chosen["warm_first_step_s"] = statistics.median(chosen["rounds_warm_first_step_s"])
     if chosen.get("flops_per_step"):
         chosen["gflops"] = chosen["flops_per_step"] / middle / 1e9
     return chosen
@@ -138,7 +163,7 @@ def merge_rounds(rounds: list[dict]) -> dict:
 
 def run(workload_names: list[str], mode_names: list[str], *, quick: bool, repeats: int,
         title: str, timeout_s: float = 900, extra_env: Optional[dict[str, str]] = None,
-        progress: bool = True, rounds: int = 1) -> dict[str, Any]:
+        progress: bool = True, rounds: int = 1, warm_start: bool = False) -> dict[str, Any]:
     from .catalog import modes as all_modes, workloads as all_workloads
 
     workloads = all_workloads(quick)
@@ -163,7 +188,8 @@ def run(workload_names: list[str], mode_names: list[str], *, quick: bool, repeat
         if why:
             result = CellResult(w, m, "unavailable", why).to_json()
         else:
-            result = run_cell_process(w, m, quick, repeats, timeout_s, extra_env or {})
+            result = run_cell_process(w, m, quick, repeats, timeout_s, extra_env or {},
+                                      warm_start=warm_start)
         measured.setdefault((w, m), []).append(result)
         if bar:
             bar.step()
@@ -178,6 +204,7 @@ def run(workload_names: list[str], mode_names: list[str], *, quick: bool, repeat
         "quick": quick,
         "repeats": repeats,
         "rounds": rounds,
+        "warm_start": warm_start,
         "machine": facts,
         "versions": versions(),
         "workloads": [{"name": w, "description": workloads[w].description} for w in workload_names],
@@ -204,13 +231,16 @@ def main(argv: Optional[list[str]] = None, *, default_title: str = "torch-pjrt b
     parser.add_argument("--timeout", type=float, default=900, help="seconds per cell")
     parser.add_argument("--rounds", type=int, default=1,
                         help="measure every cell this many times, interleaved; report the median")
+    parser.add_argument("--warm-start", action="store_true",
+                        help="run every cell a second time in a new process that finds the "
+                             "first one's caches, and report that process's first step")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     repeats = args.repeats or (5 if args.quick else 9)
     record = run([s for s in args.models.split(",") if s], [s for s in args.modes.split(",") if s],
                  quick=args.quick, repeats=repeats, title=default_title, timeout_s=args.timeout,
-                 rounds=args.rounds)
+                 rounds=args.rounds, warm_start=args.warm_start)
     stem = (args.stem + "-" if args.stem else "") + f"{record['date']}-{machine_tag(record['machine'])}"
     if args.quick:
         stem += "-quick"
