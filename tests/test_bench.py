@@ -159,6 +159,7 @@ def test_rounds_merge_to_the_median_and_keep_failures():
 
 
 def test_warm_start_runs_a_second_process_on_the_first_ones_caches(monkeypatch):
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
     seen = []
 
     def fake_once(workload, mode, quick, repeats, timeout_s, env, out):

@@ -132,11 +132,64 @@ def test_a_changed_shape_or_package_identity_is_a_miss(monkeypatch):
     # different torch_pjrt (another identity) must not load them.
     from torch_pjrt._compile import output_code
 
-    monkeypatch.setattr(output_code, "_identity", "torch_pjrt:another-build")
+    monkeypatch.setattr(output_code, "_build_identity", "another-build")
     torch._dynamo.reset()
     got = torch.compile(fn, backend="tpu")(x.to(NAME), w.to(NAME))
     torch.testing.assert_close(got.cpu(), fn(x, w), rtol=1e-5, atol=1e-5)
     assert aot("autograd_cache_hit") == 1 and aot("autograd_cache_miss") == 3
+
+
+def test_the_sdpa_kernel_mode_is_part_of_the_key():
+    # The mode decides, while AOTAutograd traces, whether attention becomes
+    # the flash kernel or the decomposition: a graph stored under one mode
+    # must not be loaded under another.
+    from torch_pjrt.kernels import sdpa
+
+    def fn(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+    before = sdpa.get_mode()
+    try:
+        sdpa.set_mode("never")
+        twice(fn, q.to(NAME), k.to(NAME), v.to(NAME))
+        assert aot("autograd_cache_hit") == 1
+        sdpa.set_mode("auto")
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend="tpu")(q.to(NAME), k.to(NAME), v.to(NAME))
+    finally:
+        sdpa.set_mode(before)
+    torch.testing.assert_close(got.cpu(), fn(q, k, v), rtol=1e-4, atol=1e-5)
+    assert aot("autograd_cache_hit") == 1 and aot("autograd_cache_miss") == 2
+
+
+def test_views_into_a_storage_are_stored_with_their_offsets():
+    # chunk and slices give values that start partway into their storage.
+    def fn(x):
+        a, b = x.chunk(2, dim=-1)
+        return a[1:] * b[:-1] + x[1:, 3:5].sum(dim=-1, keepdim=True)
+
+    x = torch.randn(6, 8)
+    first, second, saved = twice(fn, x.to(NAME))
+    assert saved == 1 and aot("autograd_cache_hit") == 1, dict(counters["aot_autograd"])
+    torch.testing.assert_close(second.cpu(), fn(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_graph_calling_a_kernel_op_is_traced_again_not_stored():
+    # The key cannot cover a kernel's JAX function, so such graphs are not
+    # stored (torch counts a bypass) and still compute the right values.
+    jnp = pytest.importorskip("jax.numpy")
+    op = torch_pjrt.jax_op("warmstart_test::cube", lambda x: jnp.power(x, 3))
+
+    def fn(x):
+        return op(x.sin()) + 1
+
+    x = torch.randn(5)
+    first, second, saved = twice(fn, x.to(NAME))
+    assert saved == 0 and aot("autograd_cache_hit") == 0
+    assert aot("autograd_cache_bypass") == 2, dict(counters["aot_autograd"])
+    for got in (first, second):
+        torch.testing.assert_close(got.cpu(), x.sin() ** 3 + 1, rtol=1e-5, atol=1e-5)
 
 
 def cold_then_warm(script: str, tmp_path, python_in_subprocess) -> list[dict]:
@@ -181,6 +234,8 @@ step = torch.compile(step, backend="tpu")
 start = time.perf_counter()
 step().item()
 first = time.perf_counter() - start
+# A second compile in the same process loads what the first stored; in the
+# warm process both load. The CPU comparison below checks loaded graphs.
 step, sched = build("{name}")
 torch._dynamo.reset()
 step = torch.compile(step, backend="tpu")

@@ -7,9 +7,10 @@ graphs, on the cold path where AOTAutograd saves its cache entry. A graph
 whose values are concrete is stored here as a list of nodes (op, name,
 target, arguments with nodes as indices) plus one small record per fake
 value, rebuilt node by node with its fake tensors created under the loading
-fake mode (0.12 s for the same graphs). A graph with symbolic values
+fake mode (about 0.3 s for the same graphs). A graph with symbolic values
 (dynamic shapes) or an unusual target keeps GraphPickler, which also stores
-the shape environment the symbols live in.
+the shape environment the symbols live in. A graph calling a kernel op
+(jax_op, stablehlo_op) is not stored at all.
 
 Tensor constants on the device are stored as host copies with their device:
 a device buffer has no host bytes to pickle.
@@ -17,11 +18,13 @@ a device buffer has no host bytes to pickle.
 
 from __future__ import annotations
 
+import copy
 import pickle
 from typing import Any
 
 import torch
 import torch.fx
+from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 _FORMAT = "torch_pjrt.graph/1"
@@ -94,10 +97,13 @@ def _decode_arg(arg: Any, nodes: list) -> Any:
 
 def _encode(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        if any(isinstance(d, torch.SymInt) for d in (*value.shape, *value.stride())):
+        if value.layout != torch.strided or type(value) not in _PLAIN_TENSOR_TYPES:
+            raise _NotPlain  # sparse, nested, a subclass: GraphPickler describes it
+        if any(isinstance(d, torch.SymInt)
+               for d in (*value.shape, *value.stride(), value.storage_offset())):
             raise _NotPlain
         return ("t", tuple(value.shape), tuple(value.stride()), value.dtype, str(value.device),
-                value.storage_offset() if value.layout == torch.strided else 0)
+                value.storage_offset())
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         raise _NotPlain
     if isinstance(value, (list, tuple)):
@@ -117,9 +123,15 @@ def _decode(record: Any, fake_mode: Any, made: dict) -> Any:
         if t is None:
             _, shape, stride, dtype, device, offset = record
             with fake_mode:
-                t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
                 if offset:
-                    t = t.as_strided(shape, stride, offset)
+                    # A view into its storage (a slice, a chunk): a flat
+                    # storage large enough for the offset and the extent.
+                    extent = 0 if 0 in shape else 1 + sum(
+                        (n - 1) * st for n, st in zip(shape, stride))
+                    base = torch.empty(offset + extent, dtype=dtype, device=device)
+                    t = base.as_strided(shape, stride, offset)
+                else:
+                    t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
             made[record] = t
         return t
     if kind in ("l", "u"):
@@ -128,8 +140,10 @@ def _decode(record: Any, fake_mode: Any, made: dict) -> Any:
     return record[1]
 
 
-def _host_constants(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, dict[str, str]]:
-    stored = torch.fx.GraphModule(gm, gm.graph)
+def _host_constants(gm: torch.fx.GraphModule) -> tuple[dict[str, Any], dict[str, str]]:
+    """The graph's get_attr values, device tensors as host copies, and the
+    device of each of those."""
+    attrs: dict[str, Any] = {}
     devices: dict[str, str] = {}
     for node in gm.graph.nodes:
         if node.op != "get_attr":
@@ -139,8 +153,9 @@ def _host_constants(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, dic
             devices[node.target] = str(value.device)
             # AOTAutograd stores its entry under its fake mode.
             with unset_fake_temporarily():
-                _set_attr(stored, node.target, value.detach().cpu())
-    return stored, devices
+                value = value.detach().cpu()
+        attrs[node.target] = value
+    return attrs, devices
 
 
 def _plain(gm: torch.fx.GraphModule) -> tuple:
@@ -156,16 +171,29 @@ def _plain(gm: torch.fx.GraphModule) -> tuple:
 
 
 def dump_graph(gm: torch.fx.GraphModule) -> bytes:
-    stored, devices = _host_constants(gm)
+    for node in gm.graph.nodes:
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload) and target.namespace not in _STORED_NAMESPACES:
+            # A kernel op (torch_pjrt.jax_op / stablehlo_op): the key cannot
+            # cover its JAX function or module, and torch_pjrt's own kernels
+            # register their ops on first use, so a new process may not
+            # have it yet. Such a graph is traced again instead.
+            raise BypassAOTAutogradCache(
+                f"torch_pjrt: a graph calling the kernel op {target.name()} is not stored")
+    attrs, devices = _host_constants(gm)
     try:
         nodes = _plain(gm)
     except _NotPlain:
         from torch.fx._graph_pickler import GraphPickler, Options
 
+        # A module of its own (on a copy of the graph, which a module takes
+        # ownership of) holding the host copies.
+        stored = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        for target, value in attrs.items():
+            _set_attr(stored, target, value)
         body = GraphPickler.dumps(
             stored, Options(ops_filter=None, node_metadata_key_filter=_KEPT_META.__contains__))
         return pickle.dumps((_FORMAT, "pickler", body, devices))
-    attrs = {n.target: _get_attr(stored, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
     return pickle.dumps((_FORMAT, "nodes", nodes, attrs, devices))
 
 
@@ -212,3 +240,8 @@ def _set_attr(module: torch.nn.Module, target: str, value: Any) -> None:
 
 
 _KEPT_META = frozenset({"val"})
+# Ops of these namespaces are torch's own: always registered, and their
+# meaning is in torch's version, which AOTAutograd's key includes.
+_STORED_NAMESPACES = frozenset({"aten", "prims", "_c10d_functional", "c10d_functional"})
+_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter,
+                       torch._subclasses.fake_tensor.FakeTensor)

@@ -76,6 +76,17 @@ class TpuOutputCode(OutputCode):
                      graph_kwargs: Any) -> None:
         if self._fn is not None:
             return
+        try:
+            self._load(example_inputs)
+        except Exception as error:
+            # AOTAutograd's lookup turns a failed load into a cache bypass
+            # (the graph is traced again); Dynamo's precompile loading
+            # expects a RuntimeError for the same.
+            raise RuntimeError(
+                f"torch_pjrt: the stored {self._kind} graph could not be loaded: "
+                f"{type(error).__name__}: {error}") from error
+
+    def _load(self, example_inputs: Sequence[Any]) -> None:
         if self._pickled is None:
             raise RuntimeError(f"torch_pjrt: stored graph {self._base} has no contents")
         from torch._guards import TracingContext, detect_fake_mode
@@ -121,27 +132,34 @@ class TpuOutputCode(OutputCode):
 
 def cache_identity() -> str:
     """What a stored AOTAutograd result depends on besides what torch puts in
-    its key: this package's decompositions, capture rules and the set of ops
-    the C++ table lowers, which together shape the graphs AOTAutograd
-    produces. Part of the cache key (as the compiler's
-    cache_key_tag), so a changed torch_pjrt misses instead of loading graphs
-    decomposed by an older one, and inductor's entries never meet ours."""
-    global _identity
-    if _identity is None:
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        from .capture import _graph_ops
+    its key, as the compiler's `cache_key_tag`: this build of torch_pjrt (its
+    Python files, which hold the decompositions, capture rules and the
+    kernels registered for the device, and its C++ library, which holds the
+    lowering table and the autocast policy) and the settings that choose
+    what a traced op becomes (the SDPA kernel mode, whether JAX is there).
+    So a changed torch_pjrt or setting misses instead of loading graphs made
+    under another, and inductor's entries never meet ours."""
+    global _build_identity
+    if _build_identity is None:
+        from .. import _C
 
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         digest = hashlib.sha256(b"torch_pjrt")
-        # The ops lowered natively are the ones AOTAutograd does not decompose.
-        digest.update("\n".join(sorted(_graph_ops())).encode())
-        for folder in ("decompositions", "_compile"):
-            root = os.path.join(here, folder)
-            for name in sorted(os.listdir(root)):
+        for root, dirs, files in os.walk(package):
+            dirs.sort()
+            for name in sorted(files):
                 if name.endswith(".py"):
-                    with open(os.path.join(root, name), "rb") as f:
-                        digest.update(name.encode() + b"\0" + f.read())
-        _identity = "torch_pjrt:" + digest.hexdigest()[:16]
-    return _identity
+                    path = os.path.join(root, name)
+                    with open(path, "rb") as f:
+                        digest.update(os.path.relpath(path, package).encode() + b"\0" + f.read())
+        # The library is large; its size and modification time stand for it.
+        info = os.stat(_C.__file__)
+        digest.update(f"{info.st_size}:{info.st_mtime_ns}".encode())
+        _build_identity = digest.hexdigest()[:16]
+    from ..kernels import sdpa
+
+    return f"torch_pjrt:{_build_identity}:sdpa={sdpa.get_mode()}:jax={int(sdpa._jax_available())}"
 
 
-_identity: Optional[str] = None
+_build_identity: Optional[str] = None
+

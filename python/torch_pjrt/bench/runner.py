@@ -103,7 +103,8 @@ def run_cell_process(workload: str, mode: str, quick: bool, repeats: int, timeou
         env["TRITON_CACHE_DIR"] = str(Path(tmp) / "triton")
         if warm_start:
             # JAX's own persistent cache, for every program however quick
-            # to compile, so its warm start is measured like ours.
+            # to compile, so its warm start is measured like ours (its cold
+            # first step then includes writing that cache, as ours does).
             env["JAX_COMPILATION_CACHE_DIR"] = str(Path(tmp) / "jax")
             env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
             env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
