@@ -163,15 +163,29 @@ def test_the_sdpa_kernel_mode_is_part_of_the_key():
     assert aot("autograd_cache_hit") == 1 and aot("autograd_cache_miss") == 2
 
 
-def test_views_into_a_storage_are_stored_with_their_offsets():
+def test_views_into_a_storage_are_stored_with_their_offsets(monkeypatch):
     # chunk and slices give values that start partway into their storage.
     def fn(x):
         a, b = x.chunk(2, dim=-1)
         return a[1:] * b[:-1] + x[1:, 3:5].sum(dim=-1, keepdim=True)
 
+    import pickle
+
+    from torch_pjrt._compile import output_code
+
+    offsets = set()
+    dump = output_code.dump_graph
+
+    def spy(gm):
+        data = dump(gm)
+        offsets.update(r[-1][5] for r in pickle.loads(data)[2] if r[-1][0] == "t")
+        return data
+
+    monkeypatch.setattr(output_code, "dump_graph", spy)
     x = torch.randn(6, 8)
     first, second, saved = twice(fn, x.to(NAME))
     assert saved == 1 and aot("autograd_cache_hit") == 1, dict(counters["aot_autograd"])
+    assert max(offsets) > 0, offsets  # values that start partway into their storage were stored
     torch.testing.assert_close(second.cpu(), fn(x), rtol=1e-5, atol=1e-5)
 
 

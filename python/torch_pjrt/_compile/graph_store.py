@@ -27,6 +27,8 @@ import torch.fx
 from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from ..kernels import _custom_op as _kernels
+
 _FORMAT = "torch_pjrt.graph/1"
 
 
@@ -170,16 +172,31 @@ def _plain(gm: torch.fx.GraphModule) -> tuple:
     return tuple(nodes)
 
 
+def _kernel_op(gm: torch.fx.GraphModule) -> Any:
+    """The first kernel op the graph, its subgraphs (higher-order ops'
+    bodies) or its nodes' arguments (`auto_functionalized(op, ...)`) name."""
+    from torch.utils._pytree import tree_leaves
+
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            for value in (node.target, *tree_leaves((node.args, node.kwargs))):
+                if isinstance(value, torch._ops.OpOverload) and \
+                        value.namespace in _kernels._libraries:
+                    return value
+    return None
+
+
 def dump_graph(gm: torch.fx.GraphModule) -> bytes:
-    for node in gm.graph.nodes:
-        target = node.target
-        if isinstance(target, torch._ops.OpOverload) and target.namespace not in _STORED_NAMESPACES:
-            # A kernel op (torch_pjrt.jax_op / stablehlo_op): the key cannot
-            # cover its JAX function or module, and torch_pjrt's own kernels
-            # register their ops on first use, so a new process may not
-            # have it yet. Such a graph is traced again instead.
-            raise BypassAOTAutogradCache(
-                f"torch_pjrt: a graph calling the kernel op {target.name()} is not stored")
+    kernel = _kernel_op(gm)
+    if kernel is not None:
+        # A kernel op (torch_pjrt.jax_op / stablehlo_op): the key cannot
+        # cover its JAX function or module, and torch_pjrt's own kernels
+        # register their ops on first use, so a new process may not have
+        # it yet. Such a graph is traced again instead.
+        raise BypassAOTAutogradCache(
+            f"torch_pjrt: a graph calling the kernel op {kernel.name()} is not stored")
     attrs, devices = _host_constants(gm)
     try:
         nodes = _plain(gm)
@@ -240,8 +257,5 @@ def _set_attr(module: torch.nn.Module, target: str, value: Any) -> None:
 
 
 _KEPT_META = frozenset({"val"})
-# Ops of these namespaces are torch's own: always registered, and their
-# meaning is in torch's version, which AOTAutograd's key includes.
-_STORED_NAMESPACES = frozenset({"aten", "prims", "_c10d_functional", "c10d_functional"})
 _PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter,
                        torch._subclasses.fake_tensor.FakeTensor)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import os
+import pickle
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -123,7 +124,15 @@ class TpuOutputCode(OutputCode):
 
     def __getstate__(self) -> dict:
         # Only the pickled graph travels: never regions, programs or buffers.
-        self._pickle_graph()
+        # Called by pickle directly too (torch's aot_compile saving a
+        # compiled function): a graph that is not stored is then a pickling
+        # error, not AOTAutograd's bypass signal.
+        from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+
+        try:
+            self._pickle_graph()
+        except BypassAOTAutogradCache as error:
+            raise pickle.PicklingError(str(error)) from error
         state = dict(self.__dict__)
         state["_gm"] = None
         state["_fn"] = None
