@@ -324,7 +324,8 @@ losses, first = train(torch.compile(model, backend="tpu"), model, *rest)
 torch.compiler.save_cache_artifacts()
 print(json.dumps(dict(cpu=cpu, losses=losses, first=first, dynamo=dict(counters["dynamo_cache"]),
                       frames=dict(counters["frames"]), aot=dict(counters["aot_autograd"]),
-                      compiled=torch_pjrt.metrics()["compilations"])))
+                      compiled=torch_pjrt.metrics()["compilations"],
+                      graphs=sorted(g["name"] for g in torch_pjrt.compile_report()))))
 """
 
 
@@ -345,4 +346,6 @@ def test_dynamo_caching_precompile_loads_a_compiled_model_without_tracing(
     assert cold["compiled"] >= 10 and warm["compiled"] <= 1, (cold, warm)
     assert warm["losses"] == cold["losses"]
     torch.testing.assert_close(cold["losses"], cold["cpu"], rtol=1e-4, atol=1e-5)
+    # The loaded forward and backward keep one name between them.
+    assert warm["graphs"] == cold["graphs"] == ["graph0_backward", "graph0_forward"], warm
     print(f"first step cold {cold['first']:.2f}s, warm {warm['first']:.2f}s")

@@ -19,6 +19,7 @@ import contextvars
 import hashlib
 import os
 import pickle
+import uuid
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -27,6 +28,11 @@ from torch._inductor.output_code import OutputCode
 
 from .graph_store import dump_graph, load_graph
 
+
+# The backend call's token for each graph name this process gave, and the
+# name this process gives each loaded token.
+_entry_tokens: dict[str, str] = {}
+_loaded_names: dict[str, str] = {}
 
 # The name the backend gives the graph it is compiling (or loading) now.
 current_graph: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
@@ -46,6 +52,9 @@ class TpuOutputCode(OutputCode):
         self._gm: Optional[torch.fx.GraphModule] = gm
         self._kind = kind
         self._base = base
+        # One token per backend call, shared by its forward and backward, so
+        # a process that loads both without a backend call names them alike.
+        self._entry = _entry_tokens.setdefault(base, uuid.uuid4().hex)
         self._build = build
         self._fn: Optional[Callable] = build(gm, kind, base)
         self._pickled: Optional[bytes] = None
@@ -108,7 +117,10 @@ class TpuOutputCode(OutputCode):
         if base is None:
             from .records import _graph_ids
 
-            base = f"graph{next(_graph_ids)}"
+            entry = getattr(self, "_entry", None) or uuid.uuid4().hex
+            base = _loaded_names.get(entry)
+            if base is None:
+                base = _loaded_names[entry] = f"graph{next(_graph_ids)}"
         self._base = base
         self._gm = gm
         self._fn = self._build(gm, self._kind, self._base)
