@@ -76,9 +76,11 @@ def _build(gm: torch.fx.GraphModule, kind: str, base: str) -> Callable:
                 isinstance(node.target, torch._ops.OpOverload) or node.target is operator.getitem)
 
     # The partitioner rewrites the module it is given: it gets a copy, so
-    # the graph AOTAutograd handed over stays whole (it may be stored).
+    # the graph AOTAutograd handed over stays whole (it may be stored). The
+    # copy keeps the nodes' order, which maps each node to its copy.
+    original = gm.graph.nodes
     gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
-    supported = supported_nodes(gm)
+    supported = {new for old, new in zip(original, gm.graph.nodes) if old in supported}
     partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     split = partitioner.fuse_partitions(partitions)
@@ -149,8 +151,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     # compiled graphs inside the entry), and the backward's only when it is
     # compiled with the forward rather than at the first backward (building
     # it then costs nothing here: programs are lowered on first call). The
-    # key gets this package's identity: the graphs it stores were
-    # decomposed for this lowering table.
+    # key gets what else shapes the graphs (`cache_identity`).
     from .output_code import cache_identity, current_graph
 
     tag = torch.compiler.config.cache_key_tag

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.fx.node import map_aggregate
 from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -66,35 +67,23 @@ def _decode_target(record: Any) -> Any:
     return record[1]
 
 
+_PLAIN_ARGS = (bool, int, float, complex, str, torch.dtype, torch.device, torch.layout,
+               torch.memory_format)
+
+
 def _encode_arg(arg: Any, index: dict) -> Any:
-    if isinstance(arg, torch.fx.Node):
-        return _Ref(index[arg])
-    if isinstance(arg, tuple):
-        return tuple(_encode_arg(a, index) for a in arg)
-    if isinstance(arg, list):
-        return [_encode_arg(a, index) for a in arg]
-    if isinstance(arg, dict):
-        return {k: _encode_arg(v, index) for k, v in arg.items()}
-    if isinstance(arg, slice):
-        return slice(*(_encode_arg(a, index) for a in (arg.start, arg.stop, arg.step)))
-    if arg is None or isinstance(arg, (bool, int, float, complex, str, torch.dtype, torch.device,
-                                       torch.layout, torch.memory_format)):
-        return arg
-    raise _NotPlain
+    def leaf(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            return _Ref(index[a])
+        if a is None or isinstance(a, _PLAIN_ARGS):
+            return a
+        raise _NotPlain
+
+    return map_aggregate(arg, leaf)  # tuples, lists, dicts and slices keep their shape
 
 
 def _decode_arg(arg: Any, nodes: list) -> Any:
-    if isinstance(arg, _Ref):
-        return nodes[arg.index]
-    if isinstance(arg, tuple):
-        return tuple(_decode_arg(a, nodes) for a in arg)
-    if isinstance(arg, list):
-        return [_decode_arg(a, nodes) for a in arg]
-    if isinstance(arg, dict):
-        return {k: _decode_arg(v, nodes) for k, v in arg.items()}
-    if isinstance(arg, slice):
-        return slice(*(_decode_arg(a, nodes) for a in (arg.start, arg.stop, arg.step)))
-    return arg
+    return map_aggregate(arg, lambda a: nodes[a.index] if isinstance(a, _Ref) else a)
 
 
 def _encode(value: Any) -> Any:
@@ -124,17 +113,12 @@ def _decode(record: Any, fake_mode: Any, made: dict) -> Any:
         t = made.get(record)
         if t is None:
             _, shape, stride, dtype, device, offset = record
+            # A flat storage large enough for the offset (a slice, a chunk
+            # start partway in) and the extent, viewed with the strides.
+            extent = 0 if 0 in shape else 1 + sum((n - 1) * st for n, st in zip(shape, stride))
             with fake_mode:
-                if offset:
-                    # A view into its storage (a slice, a chunk): a flat
-                    # storage large enough for the offset and the extent.
-                    extent = 0 if 0 in shape else 1 + sum(
-                        (n - 1) * st for n, st in zip(shape, stride))
-                    base = torch.empty(offset + extent, dtype=dtype, device=device)
-                    t = base.as_strided(shape, stride, offset)
-                else:
-                    t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
-            made[record] = t
+                base = torch.empty(offset + extent, dtype=dtype, device=device)
+                t = made[record] = base.as_strided(shape, stride, offset)
         return t
     if kind in ("l", "u"):
         items = [_decode(r, fake_mode, made) for r in record[1]]

@@ -59,12 +59,7 @@ class TpuOutputCode(OutputCode):
         self._fn: Optional[Callable] = build(gm, kind, base)
         self._pickled: Optional[bytes] = None
 
-    def __call__(self, *args: Any) -> Any:
-        # Boxed (one list of arguments) from AOTAutograd's forward; unboxed
-        # through the `torch._dynamo.disable` wrapper Dynamo's aot_autograd
-        # puts around a backward compiler's result, which hides `_boxed_call`.
-        # A graph's arguments are tensors and numbers, never one list.
-        inputs = args[0] if len(args) == 1 and isinstance(args[0], list) else args
+    def __call__(self, inputs: list) -> Any:
         if self._fn is None:
             raise RuntimeError(
                 f"torch_pjrt: the stored {self._kind} graph {self._base} was called before it "
@@ -117,10 +112,9 @@ class TpuOutputCode(OutputCode):
         if base is None:
             from .records import _graph_ids
 
-            entry = getattr(self, "_entry", None) or uuid.uuid4().hex
-            base = _loaded_names.get(entry)
+            base = _loaded_names.get(self._entry)
             if base is None:
-                base = _loaded_names[entry] = f"graph{next(_graph_ids)}"
+                base = _loaded_names[self._entry] = f"graph{next(_graph_ids)}"
         self._base = base
         self._gm = gm
         self._fn = self._build(gm, self._kind, self._base)
