@@ -21,6 +21,7 @@
 #include "eager/execute.h"
 #include "eager/op_kernel.h"
 #include "eager/pending_graph.h"
+#include "eager/shared_trig.h"
 #include "eager/program_cache.h"
 #include "ops/dtypes.h"
 #include "ops/lowering.h"
@@ -62,6 +63,29 @@ bool is_tensor_list_type(const c10::TypePtr& type) {
 bool is_number_type(const c10::TypePtr& type) {
   auto kind = unwrap_optional(type)->kind();
   return kind == c10::TypeKind::NumberType || kind == c10::TypeKind::FloatType;
+}
+
+// The graph nodes an argument reads (graph inputs are left out).
+void collect_refs(py::handle obj, std::vector<int>& out) {
+  if (py::isinstance<GraphRef>(obj)) {
+    int node = obj.cast<GraphRef>().node;
+    if (node >= 0) out.push_back(node);
+  } else if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    for (py::handle e : obj) collect_refs(e, out);
+  }
+}
+
+// Per node: whether its results pass through an optimization barrier
+// (eager/shared_trig.h).
+std::vector<bool> shared_trig_nodes(const std::vector<GraphNode>& nodes) {
+  if (!eager::shares_trig_values()) return std::vector<bool>(nodes.size(), false);
+  std::vector<eager::ProgramOp> ops(nodes.size());
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    ops[n].op = nodes[n].op;
+    collect_refs(nodes[n].args, ops[n].inputs);
+    for (auto item : nodes[n].kwargs) collect_refs(item.second, ops[n].inputs);
+  }
+  return eager::trig_values_to_share(ops);
 }
 
 class GraphBuild {
@@ -140,7 +164,7 @@ class GraphBuild {
     return ops::static_arg(torch::jit::toIValue(obj, type));
   }
 
-  void add_node(const GraphNode& node) {
+  void add_node(const GraphNode& node, bool share) {
     const ops::Lowering* lowering = ops::find_lowering(node.op);
     TORCH_CHECK(lowering != nullptr, "torch_pjrt: no lowering for ", node.op);
     const c10::FunctionSchema& schema = schema_of(node.op);
@@ -184,6 +208,7 @@ class GraphBuild {
     std::vector<GraphValue> values;
     for (size_t k = 0; k < results.size(); ++k) {
       hlo::Value v = results[k];
+      if (share) v = b_.unary("optimization_barrier", v);
       c10::ScalarType dtype = ops::to_scalar_type(b_.element_type(v));
       if (k < node.expected.size() && node.expected[k].dtype) {
         const auto& want = node.expected[k];
@@ -248,7 +273,8 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& name, const std::
   try {
     graph->program = &program_for(pkey, [&](hlo::Builder& b) {
       GraphBuild build(b, inputs, random, f64);
-      for (const GraphNode& node : nodes) build.add_node(node);
+      std::vector<bool> share = shared_trig_nodes(nodes);
+      for (size_t n = 0; n < nodes.size(); ++n) build.add_node(nodes[n], share[n]);
       std::vector<hlo::Value> outs = build.outputs(outputs);
       // The graph's data checks travel as one pred[N] output: one buffer to
       // read at the next host wait, however many checks the graph has.

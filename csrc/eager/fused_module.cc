@@ -5,6 +5,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "eager/shared_trig.h"
 #include "hlo/builder.h"
 
 namespace torch_pjrt::eager {
@@ -78,11 +79,25 @@ std::string fused_module_text(const std::vector<hlo::TensorType>& params,
   auto type_of = [&](const FusedRef& r) -> const hlo::TensorType& {
     return r.node < 0 ? params[r.index] : calls[r.node].program->outputs[r.index];
   };
-  auto name_of = [&](const FusedRef& r) {
-    if (r.node < 0) return "%a" + std::to_string(r.index);
+  // Trig values read by several calls are materialized once (shared_trig.h).
+  std::vector<bool> barrier(calls.size(), false);
+  if (shares_trig_values()) {
+    std::vector<ProgramOp> ops(calls.size());
+    for (size_t n = 0; n < calls.size(); ++n) {
+      ops[n].op = calls[n].program->op;
+      for (const FusedRef& r : calls[n].inputs) ops[n].inputs.push_back(r.node);
+    }
+    barrier = trig_values_to_share(ops);
+  }
+  auto call_result = [&](const FusedRef& r) {
     const auto& outs = calls[r.node].program->outputs;
     std::string base = "%c" + std::to_string(r.node);
     return outs.size() == 1 ? base : base + "#" + std::to_string(r.index);
+  };
+  auto name_of = [&](const FusedRef& r) {
+    if (r.node < 0) return "%a" + std::to_string(r.index);
+    if (barrier[r.node]) return "%s" + std::to_string(r.node) + "_" + std::to_string(r.index);
+    return call_result(r);
   };
 
   std::string main = "  func.func public @main(";
@@ -110,6 +125,13 @@ std::string fused_module_text(const std::vector<hlo::TensorType>& params,
     }
     main += "    " + lhs + " = func.call @" + names[&p] + "(" + args + ") : (" +
             types_of(p.parameters) + ") -> " + results + "\n";
+    if (!barrier[n]) continue;
+    for (size_t k = 0; k < p.outputs.size(); ++k) {
+      FusedRef r{static_cast<int>(n), static_cast<int>(k)};
+      const std::string t = p.outputs[k].mlir();
+      main += "    " + name_of(r) + " = \"stablehlo.optimization_barrier\"(" + call_result(r) +
+              ") : (" + t + ") -> " + t + "\n";
+    }
   }
   main += "    return";
   for (size_t i = 0; i < outputs.size(); ++i) main += (i ? ", " : " ") + name_of(outputs[i]);
