@@ -12,6 +12,7 @@
 #include "ops/dtypes.h"
 #include "backend/runtime_state.h"
 #include "backend/settings.h"
+#include "backend/strided_box.h"
 #include "eager/pending_graph.h"
 
 namespace torch_pjrt::backend {
@@ -241,6 +242,8 @@ BufferPtr read_tensor(const at::Tensor& t) {
       out = b.zeros(TensorType{want, sizes});
     } else if (contiguous) {
       out = b.reshape(b.dynamic_slice(flat, {offset}, {t.numel()}), sizes);
+    } else if (auto box = strided_box(t.sizes(), t.strides())) {
+      out = read_box(b, flat, offset, *box, t.sizes());
     } else {
       Value idx = view_indices(b, t.sizes(), t.strides(), offset);
       hlo::Builder::GatherDims g{{}, {0}, {0}, static_cast<int64_t>(sizes.size())};
@@ -284,8 +287,13 @@ void write_tensor(const at::Tensor& t, BufferPtr value) {
     Value flat = reinterpret_flat(b, b.reshape(src, {total}), total, have, type);
     Value values = update;
     Value result;
+    auto box = contiguous ? std::nullopt : strided_box(t.sizes(), t.strides());
+    bool repeats = false;  // an expanded dim: several view elements, one storage element
+    for (int64_t k = 0; k < t.dim(); ++k) repeats |= t.size(k) > 1 && t.stride(k) == 0;
     if (contiguous) {
       result = b.dynamic_update_slice(flat, b.reshape(values, {t.numel()}), {offset});
+    } else if (box && !repeats) {
+      result = write_box(b, flat, offset, *box, values);
     } else {
       std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
       Value idx = view_indices(b, t.sizes(), t.strides(), offset);
