@@ -21,8 +21,8 @@
 #include "eager/execute.h"
 #include "eager/op_kernel.h"
 #include "eager/pending_graph.h"
-#include "eager/shared_trig.h"
 #include "eager/program_cache.h"
+#include "eager/shared_trig.h"
 #include "ops/dtypes.h"
 #include "ops/lowering.h"
 
