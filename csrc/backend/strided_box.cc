@@ -50,6 +50,7 @@ std::optional<StridedBox> strided_box(c10::IntArrayRef sizes, c10::IntArrayRef s
   StridedBox box;
   for (size_t k = 0; k < sizes.size(); ++k) {
     if (sizes[k] == 0) return std::nullopt;  // nothing to read; the caller has its path
+    if (sizes[k] > 1 && strides[k] == 0) box.expanded = true;
     if (sizes[k] == 1 || strides[k] == 0) continue;
     if (strides[k] < 0) return std::nullopt;
     box.dims.push_back(static_cast<int64_t>(k));

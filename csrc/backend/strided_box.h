@@ -27,6 +27,9 @@ struct StridedBox {
   // Elements of the window read from the offset on, and how many of them
   // may lie past the storage's end (the window is padded by that many).
   int64_t window = 1, overhang = 0;
+  // A dim of size > 1 and stride 0 (an expand): several view elements are
+  // one storage element, so the view is read this way but not written.
+  bool expanded = false;
 };
 
 // The box a view of `sizes`/`strides` is, or none where it overlaps itself.
@@ -38,8 +41,7 @@ hlo::Value read_box(hlo::Builder& b, hlo::Value flat, hlo::Value offset, const S
                     c10::IntArrayRef sizes);
 
 // `flat` with the view's elements replaced by `values` (shaped like the
-// view), the inverse of read_box. Views with stride-0 dims are not written
-// this way (several view elements are one storage element).
+// view), the inverse of read_box; not for an `expanded` box.
 hlo::Value write_box(hlo::Builder& b, hlo::Value flat, hlo::Value offset, const StridedBox& box,
                      hlo::Value values);
 

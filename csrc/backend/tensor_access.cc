@@ -288,11 +288,9 @@ void write_tensor(const at::Tensor& t, BufferPtr value) {
     Value values = update;
     Value result;
     auto box = contiguous ? std::nullopt : strided_box(t.sizes(), t.strides());
-    bool repeats = false;  // an expanded dim: several view elements, one storage element
-    for (int64_t k = 0; k < t.dim(); ++k) repeats |= t.size(k) > 1 && t.stride(k) == 0;
     if (contiguous) {
       result = b.dynamic_update_slice(flat, b.reshape(values, {t.numel()}), {offset});
-    } else if (box && !repeats) {
+    } else if (box && !box->expanded) {
       result = write_box(b, flat, offset, *box, values);
     } else {
       std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
