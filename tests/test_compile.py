@@ -453,7 +453,19 @@ def _embedding_and_eval_norm(ids, weight, bn):
     return bn(e.transpose(1, 2))
 
 
-@pytest.mark.parametrize("case", ["views_and_writes", "factories", "embedding_and_eval_norm"])
+def _sorts(x):
+    # torch.sort's default overload (top-p sampling, Transformers' grouped_mm
+    # experts) and the stable one, ascending and descending.
+    values, order = torch.sort(x, dim=-1, descending=True)
+    probs = values.softmax(-1).cumsum(-1)
+    kept = values.masked_fill(probs > 0.7, float("-inf"))
+    up, up_order = x.sort(0)
+    st, st_order = torch.sort(x.t(), stable=True)
+    return values, order, kept, up, up_order, st, st_order
+
+
+@pytest.mark.parametrize("case", ["views_and_writes", "factories", "embedding_and_eval_norm",
+                                  "sorts"])
 def test_graph_only_lowerings_match_cpu(case):
     """Views, scatters into views, factories, embedding and eval batch norm
     are storage operations in eager mode; in graphs they are lowered."""
@@ -470,7 +482,8 @@ def test_graph_only_lowerings_match_cpu(case):
             ids.to(NAME), weight.to(NAME), bn.to(NAME))
         results = [(got, expected)]
     else:
-        fn = _views_and_writes if case == "views_and_writes" else _factories
+        fn = {"views_and_writes": _views_and_writes, "factories": _factories,
+              "sorts": _sorts}[case]
         x = torch.randn(3, 5)
         results = list(zip(torch.compile(fn, backend="tpu")(x.to(NAME)), fn(x)))
     for got, expected in results:

@@ -256,19 +256,25 @@ LoweringRegistrar registrar([] {
   });
 
   // sort(self, stable, dim, descending) -> (values, indices); NaN sorts as
-  // the largest value, as in torch.
-  register_lowering("aten::sort.stable", [](LoweringContext& ctx) {
+  // the largest value, as in torch. Always stable, which an unstable sort
+  // allows. The default overload (self, dim, descending) reaches eager mode
+  // through torch's composite kernel, but graphs keep it: without
+  // its own lowering a graph with a torch.sort (Transformers' grouped_mm
+  // experts, top-p sampling) was split around an eager sort.
+  auto sort = [](LoweringContext& ctx, int64_t dim_arg) {
     Builder& b = ctx.b;
     Value x = ctx.tensor(0);
     auto in = b.dims(x);
     if (in.empty()) return std::vector<Value>{x, b.constant_int(0, ElementType::kS64)};
-    int64_t dim = wrap_dim(ctx.int_arg(2), static_cast<int64_t>(in.size()));
-    bool descending = ctx.bool_arg(3);
+    int64_t dim = wrap_dim(ctx.int_arg(dim_arg), static_cast<int64_t>(in.size()));
+    bool descending = ctx.bool_arg(dim_arg + 1);
     bool is_float = hlo::is_float(b.element_type(x));
     Value idx = b.iota(TensorType{ElementType::kS64, in}, dim);
-    auto out = b.sort({x, idx}, dim, /*stable=*/true, nan_last_order(descending, is_float));
-    return out;
-  }, {"aten::sort.values_stable"});
+    return b.sort({x, idx}, dim, /*stable=*/true, nan_last_order(descending, is_float));
+  };
+  register_lowering("aten::sort.stable", [sort](LoweringContext& ctx) { return sort(ctx, 2); },
+                    {"aten::sort.values_stable"});
+  register_graph_lowering("aten::sort", [sort](LoweringContext& ctx) { return sort(ctx, 1); });
 
   // topk(self, k, dim, largest, sorted) -> (values, indices)
   register_lowering("aten::topk", [](LoweringContext& ctx) {
