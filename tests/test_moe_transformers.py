@@ -7,6 +7,7 @@ with no op falling back to the CPU."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
@@ -144,20 +145,23 @@ def test_moe_forward_compiled_matches_cpu(impl):
     dev = dev.to(DEV).eval()
     ids = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(1))
     forward = torch.compile(dev.forward, backend="tpu")
+    torch_pjrt.reset_compile_report()
     with torch.no_grad():
         torch.testing.assert_close(forward(ids.to(DEV)).logits.cpu(), cpu(ids).logits,
                                    rtol=1e-4, atol=1e-5)
+    # One program: grouped_mm's torch.sort and histc are lowered in the graph.
+    (graph,) = torch_pjrt.compile_report()
+    assert graph["regions"] == 1 and graph["eager_ops"] == {}, graph
 
 
 @pytest.mark.parametrize("family", ["mixtral", "gpt_oss"])
 @pytest.mark.parametrize("method", ["blocks", "ragged"])
-def test_experts_kernel_both_paths_match_eager_experts(family, method, monkeypatch):
+def test_experts_kernel_both_paths_match_eager_experts(family, method):
     """Off TPU the kernel runs rows in expert blocks; on TPU it sorts rows by
     expert and uses ragged dots. Both are checked here against the CPU eager
     experts loop, with gradients."""
     from torch_pjrt.kernels import moe_experts as moe
 
-    monkeypatch.setattr(moe, "_method", lambda: method)
     torch.manual_seed(0)
     cfg = _config(family)
     cpu = transformers.AutoModelForCausalLM.from_config(
@@ -170,7 +174,9 @@ def test_experts_kernel_both_paths_match_eager_experts(family, method, monkeypat
     xc = x.clone().requires_grad_()
     expected = experts_cpu(xc, idx, w)
     xd = x.to(DEV).requires_grad_()
-    got = moe.experts_forward(experts_dev, xd, idx.to(DEV), w.to(DEV))
+    args, why = moe._layout(experts_dev)
+    assert args is not None, why
+    got = moe.moe_experts(xd, idx.to(DEV), w.to(DEV), **args, method=method)
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
     g = torch.randn(7, 64)
     expected.backward(g)
@@ -179,3 +185,44 @@ def test_experts_kernel_both_paths_match_eager_experts(family, method, monkeypat
     for (name, a), b in zip(experts_cpu.named_parameters(), experts_dev.parameters()):
         torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=1e-4, atol=1e-5,
                                    msg=lambda m, n=name: f"{n}: {m}")
+
+
+_FIRST_USE_COMPILED = """
+import json, torch, torch_pjrt, transformers
+from torch._dynamo.utils import counters
+from torch_pjrt.kernels.rms_norm import rms_norm
+dev = torch_pjrt.settings().device_name
+cfg = transformers.Qwen3MoeConfig(vocab_size=128, hidden_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=64,
+    moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, max_position_embeddings=64)
+torch.manual_seed(0)
+cpu = transformers.AutoModelForCausalLM.from_config(cfg, experts_implementation="eager").eval()
+model = transformers.AutoModelForCausalLM.from_config(cfg, experts_implementation="torch_pjrt")
+model.load_state_dict(cpu.state_dict())
+model = model.to(dev).eval()
+ids = torch.randint(3, 128, (2, 6))
+# The kernels' first calls in this process happen while Dynamo traces.
+with torch.no_grad():
+    logits = torch.compile(model.forward, backend="tpu")(ids.to(dev)).logits.cpu()
+    x, w = torch.randn(3, 64), torch.rand(64)
+    normed = torch.compile(lambda x, w: rms_norm(x, w) * 2, backend="tpu")(x.to(dev), w.to(dev))
+out = {"close": torch.allclose(logits, cpu(ids).logits, rtol=1e-4, atol=1e-5),
+       "rms_close": torch.allclose(normed.cpu(), 2 * w * x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6), rtol=1e-5, atol=1e-6),
+       "graph_breaks": sum(counters["graph_break"].values()),
+       "graphs": [(g["regions"], g["eager_ops"]) for g in torch_pjrt.compile_report()]}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_kernels_first_used_under_compile_do_not_break_the_graph(python_in_subprocess):
+    """The package's kernel ops exist from import: their first call, inside
+    a traced model, is one op in one graph (a registration while Dynamo
+    traced broke the graph, and Dynamo then skipped the decoder's frames
+    for good: nine programs per forward)."""
+    result = python_in_subprocess(_FIRST_USE_COMPILED, timeout=300)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, result.stdout + result.stderr
+    out = json.loads(lines[0][len("RESULT "):])
+    assert out["close"] and out["rms_close"], out
+    assert out["graph_breaks"] == 0, out
+    assert out["graphs"] == [[1, {}], [1, {}]], out

@@ -82,6 +82,11 @@ from .kernels import sdpa as _sdpa  # noqa: E402
 
 _sdpa.install()
 
+# The package's kernels registered now, not while torch.compile traces a caller.
+from .kernels import prepare_package_kernels as _prepare_package_kernels  # noqa: E402
+
+_prepare_package_kernels()
+
 # torch.compile of a float32 MoE model: _grouped_mm's meta as wide as its kernels.
 from ._compile import grouped_mm_meta as _grouped_mm_meta  # noqa: E402
 

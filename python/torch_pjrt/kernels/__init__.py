@@ -13,3 +13,14 @@ from .from_jax import JaxOp, jax_op
 from .from_stablehlo import stablehlo_op
 
 __all__ = ["jax_op", "JaxOp", "stablehlo_op", "KernelModuleError"]
+
+
+def prepare_package_kernels() -> None:
+    """The package's kernel ops, registered at import (see
+    `_custom_op.registered`)."""
+    from . import flash_attention, grouped_matmul, moe_experts, rms_norm
+    from ._custom_op import prepare
+
+    prepare([flash_attention._op, grouped_matmul._op, lambda: moe_experts._op(False),
+             lambda: moe_experts._op(True), lambda: rms_norm._op("xla"),
+             lambda: rms_norm._op("pallas")])

@@ -24,7 +24,8 @@ from .. import _C
 from ._module_text import KernelModule
 from ._types import parse_mlir_type
 
-__all__ = ["KernelOp", "define_kernel_op", "kernel_symbol_prefix", "check_custom_calls", "platform"]
+__all__ = ["KernelOp", "define_kernel_op", "kernel_symbol_prefix", "check_custom_calls", "platform",
+           "prepare", "registered"]
 
 _libraries: dict[str, torch.library.Library] = {}
 _lowerers: list = []
@@ -108,11 +109,26 @@ _registered: dict = {}
 def registered(key: Any, make: Callable[[], Any]) -> Any:
     """The op made by `make()` for `key`, made on first use. A plain dict
     lookup, so torch.compile traces through it to the op once it exists
-    (Dynamo traces through an lru_cache wrapper, into the registration)."""
+    (Dynamo traces through an lru_cache wrapper, into the registration).
+    The package's own kernels are made when torch_pjrt is imported
+    (`prepare`): one made while Dynamo traces its caller breaks the graph,
+    and Dynamo then skips the frames around it (a decoder's layer loop) for
+    the rest of the process."""
     op = _registered.get(key)
     if op is None:
-        op = _registered[key] = _make_eagerly(make)
+        op = _registered[key] = _make_eagerly(make) if torch.compiler.is_compiling() else make()
     return op
+
+
+def prepare(ops: Sequence[Callable[[], Any]]) -> None:
+    """Registers kernel ops ahead of use by calling each of `ops` (a
+    kernel module's `_op`), when jax is installed: a registration imports
+    nothing and takes about a millisecond; jax is imported at a kernel's
+    first lowering."""
+    from .from_jax import jax_available
+    if jax_available():
+        for op in ops:
+            op()
 
 
 @torch._disable_dynamo  # imports Dynamo at the first call, not at import (about 1 s)

@@ -77,10 +77,10 @@ def _make():
     from ._custom_op import platform
     from .from_jax import jax_op
 
-    on_tpu = platform() == "tpu"
-
     def attention(q, k, v, causal: bool, scale: float):
-        if on_tpu and q.ndim == 4 and q.shape[-2] == k.shape[-2] and q.shape[-1] == v.shape[-1]:
+        # Runs when the op is lowered (its platform known then), not when
+        # it is registered.
+        if platform() == "tpu" and q.ndim == 4 and q.shape[-2] == k.shape[-2] and q.shape[-1] == v.shape[-1]:
             return _tpu_kernel(q, k, v, causal, scale)
         return _blockwise(q, k, v, causal, scale, BLOCK_K)
 

@@ -28,13 +28,35 @@ _INSTALL = ("torch_pjrt.jax_op needs JAX: pip install jax==0.10.2 jaxlib==0.10.2
             "(the versions torch-pjrt tests with; `make test` installs them)")
 
 
-def _import_jax():
-    try:
-        import jax
-        import jax.numpy  # noqa: F401
-    except ImportError as e:
-        raise ImportError(_INSTALL) from e
-    return jax
+class _LazyJax:
+    """The jax module, imported at its first use (a lowering, a fake
+    implementation, a CPU run), not when an op is registered: registering
+    stays cheap enough to do before torch.compile traces a caller, where a
+    first registration would break the caller's graph."""
+
+    _module = None
+
+    def __getattr__(self, name: str):
+        module = _LazyJax._module
+        if module is None:
+            try:
+                import jax
+                import jax.numpy  # noqa: F401
+            except ImportError as e:
+                raise ImportError(_INSTALL) from e
+            module = _LazyJax._module = jax
+        return getattr(module, name)
+
+
+def jax_available() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("jax") is not None
+
+
+def _import_jax() -> _LazyJax:
+    if not jax_available():
+        raise ImportError(_INSTALL)
+    return _LazyJax()
 
 
 def _x64(jax):

@@ -12,12 +12,12 @@ __all__ = ["grouped_matmul"]
 
 
 def _make():
-    import jax
-    import jax.numpy as jnp
-
     from .from_jax import jax_op
 
     def gmm(x, w, group_sizes):
+        import jax
+        import jax.numpy as jnp
+
         from ._custom_op import platform
 
         if platform() == "tpu":

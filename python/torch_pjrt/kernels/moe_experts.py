@@ -40,6 +40,8 @@ def _kernel(x, idx, weights, w_up, w_down, b_up=None, b_down=None, *, transposed
 
     tokens, top_k = idx.shape
     experts = w_up.shape[0]
+    if method == "auto":  # chosen here, at lowering time, never while Dynamo traces
+        method = _method()
     flat = idx.reshape(-1).astype(jnp.int32)
     if flat.shape[0] == 0:  # no tokens (or no choices): nothing is routed
         return jnp.zeros((tokens, x.shape[1]), x.dtype)
@@ -146,23 +148,31 @@ def _method() -> str:
     return "ragged" if platform() == "tpu" else "blocks"
 
 
+_METHODS = ("blocks", "ragged")
+
+
 def moe_experts(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
                 w_up: torch.Tensor, w_down: torch.Tensor, b_up: Optional[torch.Tensor] = None,
                 b_down: Optional[torch.Tensor] = None, *, transposed: bool = False,
                 gate: str = "concatenated", act: str = "silu", limit: float = 7.0,
-                alpha: float = 1.702) -> torch.Tensor:
+                alpha: float = 1.702, method: Optional[str] = None) -> torch.Tensor:
     """Routes x [T, H] to its top-k experts and combines their outputs [T, H].
 
     w_up: [E, 2I, H] (gated) or [E, I, H], w_down: [E, H, I]; [E, H, ...] and
     [E, I, H] when `transposed`. gate: "concatenated" ([gate; up]),
-    "interleaved" (GPT-OSS's clamped SwiGLU) or "none" (ungated)."""
+    "interleaved" (GPT-OSS's clamped SwiGLU) or "none" (ungated). method:
+    "blocks" or "ragged" (see `_method`); by default the platform's, read
+    when the kernel is lowered: reading the plugin while Dynamo traces the
+    caller would break its graph."""
     if gate not in ("concatenated", "interleaved", "none"):
         raise ValueError(f"moe_experts: gate must be concatenated, interleaved or none, not {gate!r}")
     if act not in ("silu", "gelu", "gelu_tanh", "relu"):
         raise ValueError(f"moe_experts: unknown activation {act!r}")
     if (b_up is None) != (b_down is None):
         raise ValueError("moe_experts: give both biases or neither")
-    method = _method()
+    if method is not None and method not in _METHODS:
+        raise ValueError(f"moe_experts: method must be one of {_METHODS} or None, not {method!r}")
+    method = method or "auto"
     if b_up is not None:
         return _op(True)(x, top_k_index, top_k_weights, w_up, w_down, b_up, b_down, transposed,
                          gate, act, float(limit), float(alpha), method)

@@ -82,10 +82,14 @@ def _make_op(impl: str):
     from ._custom_op import platform
     from .from_jax import jax_op
 
-    fn = _make(impl, interpret=platform() != "tpu")
+    made: dict = {}
 
     def rms(x, w, eps: float):
-        return fn(x, w, eps)
+        # Built at the first lowering, when the plugin's platform is known
+        # (registering the op must not need it).
+        if "fn" not in made:
+            made["fn"] = _make(impl, interpret=platform() != "tpu")
+        return made["fn"](x, w, eps)
 
     return jax_op(f"torch_pjrt::rms_norm_{impl}", rms)
 
