@@ -580,3 +580,61 @@ def test_bucketing_bounds_programs_and_keeps_results():
     # Three lengths, two buckets: two graphs, one program each.
     graphs = torch_pjrt.compile_report()
     assert len(graphs) == 2 and all(len(g["compiles"]) == 1 for g in graphs)
+
+
+# Core-ATen ops eager mode runs through torch's composite kernels, which
+# graphs keep whole: each is decomposed into lowered ops, not split out.
+_KEPT_WHOLE = {
+    "mean": lambda x: (x * 2).mean(),
+    "mean_dtype": lambda x: (x * 2).mean(dtype=torch.float64),
+    "mean_0d": lambda x: (x.sum() * 2).mean(),
+    "repeat": lambda x: x.repeat(2, 1, 3) * 2,
+    "diagonal": lambda x: (x * 2).diagonal() + 1,
+    "diagonal_offset": lambda x: (x * 2).diagonal(2),
+    "diagonal_below": lambda x: (x * 2).diagonal(-3),
+    "diagonal_empty": lambda x: (x * 2).diagonal(7),
+    "diagonal_3d": lambda x: (x.reshape(2, 3, 4) * 2).diagonal(1, 2, 0),
+    "diagonal_scatter": lambda x: torch.diagonal_scatter(x * 1, torch.arange(4.0, device=x.device)),
+    "diagonal_scatter_offset": lambda x: torch.diagonal_scatter(
+        x * 1, torch.arange(2.0, device=x.device), -2),
+    "diagonal_scatter_3d": lambda x: torch.diagonal_scatter(
+        x.reshape(2, 3, 4) * 1, torch.ones(3, 1, device=x.device), 1, 2, 0),
+    "dist": lambda x: torch.dist(x * 2, x, 3),
+    "ldexp": lambda x: torch.ldexp(x * 2, torch.ones_like(x, dtype=torch.int32)),
+    "addmv": lambda x: torch.addmv(x[:, 0], x, x[0], beta=0.5, alpha=2),
+    "addmm_activation": lambda x: torch._addmm_activation(x[0, :4], x, x.t(), use_gelu=True),
+    "narrow_copy": lambda x: (x * 2).narrow_copy(1, 1, 3),
+    "tril_indices": lambda x: torch.tril_indices(4, 5, 1, device=x.device) + x.sum().long(),
+    "triu_indices": lambda x: torch.triu_indices(4, 3, -1, device=x.device) + x.sum().long(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_KEPT_WHOLE))
+def test_composite_core_ops_stay_in_the_program(case):
+    fn = _KEPT_WHOLE[case]
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(0))
+    got = torch.compile(fn, backend="tpu")(x.to(NAME))
+    expected = fn(x)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+    assert [g["eager_ops"] for g in torch_pjrt.compile_report()] == [{}]
+
+
+def test_a_mean_loss_trains_in_one_forward_and_one_backward_program():
+    """A loss's mean() and a diagonal penalty, with gradients."""
+    def loss_fn(w, x):
+        h = (x @ w).repeat(1, 2)
+        return h.square().mean() + (w.t() @ w).diagonal(1).abs().mean()
+
+    torch.manual_seed(0)
+    w, x = torch.randn(6, 5), torch.randn(4, 6)
+    wc = w.clone().requires_grad_()
+    loss_fn(wc, x).backward()
+    wd = w.to(NAME).requires_grad_()
+    loss = torch.compile(loss_fn, backend="tpu")(wd, x.to(NAME))
+    loss.backward()
+    torch.testing.assert_close(loss.detach().cpu(), loss_fn(w, x), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(wd.grad.cpu(), wc.grad, rtol=1e-5, atol=1e-6)
+    report = torch_pjrt.compile_report()
+    assert sorted(g["kind"] for g in report) == ["backward", "forward"], report
+    assert all(g["regions"] == 1 and g["eager_ops"] == {} for g in report), report
