@@ -638,3 +638,44 @@ def test_a_mean_loss_trains_in_one_forward_and_one_backward_program():
     report = torch_pjrt.compile_report()
     assert sorted(g["kind"] for g in report) == ["backward", "forward"], report
     assert all(g["regions"] == 1 and g["eager_ops"] == {} for g in report), report
+
+
+_MASKED_SCATTER_CASES = {
+    "full_mask": (torch.zeros(2, 3), torch.tensor([[True, False, True], [False, False, True]]),
+                  torch.arange(5.0)),
+    "broadcast_mask": (torch.randn(2, 3), torch.tensor([True, False, True]), torch.arange(4.0)),
+    "empty_source": (torch.randn(2, 3), torch.zeros(2, 3, dtype=torch.bool), torch.zeros(0)),
+    "int": (torch.randint(0, 9, (3, 3)), torch.eye(3, dtype=torch.bool), torch.tensor([7, 8, 9])),
+}
+
+
+def _masked_scatter(x, mask, source):
+    return x.masked_scatter(mask, source) * 1
+
+
+@pytest.mark.parametrize("case", sorted(_MASKED_SCATTER_CASES))
+def test_masked_scatter_stays_in_the_program(case):
+    """Multimodal models place image features with masked_scatter."""
+    x, mask, source = _MASKED_SCATTER_CASES[case]
+    got = torch.compile(_masked_scatter, backend="tpu")(x.to(NAME), mask.to(NAME), source.to(NAME))
+    assert torch.equal(got.cpu(), _masked_scatter(x, mask, source))
+    assert [g["eager_ops"] for g in torch_pjrt.compile_report()] == [{}]
+
+
+def test_masked_scatter_gradients_and_too_short_a_source():
+    torch.manual_seed(0)
+    x, source = torch.randn(2, 3, requires_grad=True), torch.randn(6, requires_grad=True)
+    mask, weight = torch.rand(2, 3) > 0.4, torch.arange(6.0).reshape(2, 3)
+    (_masked_scatter(x, mask, source) * weight).sum().backward()
+    xd = x.detach().to(NAME).requires_grad_()
+    sd = source.detach().to(NAME).requires_grad_()
+    step = torch.compile(_masked_scatter, backend="tpu")
+    (step(xd, mask.to(NAME), sd) * weight.to(NAME)).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), x.grad)
+    torch.testing.assert_close(sd.grad.cpu(), source.grad)
+    assert all(g["eager_ops"] == {} for g in torch_pjrt.compile_report())
+    # Three Trues, two source elements: an error, never a made-up value.
+    short = torch.compile(_masked_scatter, backend="tpu")
+    with pytest.raises(IndexError, match="out of bounds"):
+        short(torch.zeros(3, device=NAME), torch.ones(3, dtype=torch.bool, device=NAME),
+              torch.arange(2.0, device=NAME)).cpu()

@@ -104,6 +104,35 @@ def _diagonal_scatter(x, src, offset: int = 0, dim1: int = 0, dim2: int = 1):
     return out.reshape(plane_shape).permute(*inverse)
 
 
+def _masked_scatter(x, mask, source):
+    """The k-th True of the (broadcast) mask takes source's k-th element:
+    a cumulative count of the mask picks each position's element from
+    source padded with one zero, which the False positions read. A True
+    past source's end reads an index past the padding: the index op's
+    deferred check raises it (IndexError), no value is made up."""
+    mask = mask.expand(x.shape).reshape(-1)
+    flat = source.reshape(-1)
+    n = flat.numel()
+    padded = torch.cat([flat, flat.new_zeros(1)])
+    position = mask.to(torch.int64).cumsum(0) - 1
+    index = torch.where(mask, torch.where(position < n, position, n + 1), n)
+    return torch.where(mask, padded[index], x.reshape(-1)).reshape(x.shape)
+
+
+def _masked_scatter_backward(grad, mask, sizes):
+    """source's gradient: the k-th True position's gradient goes to element
+    k, the rest stay zero (a scatter-add into one spare slot for the False
+    positions, dropped after)."""
+    n = 1
+    for size in sizes:
+        n *= size
+    mask = mask.expand(grad.shape).reshape(-1)
+    position = mask.to(torch.int64).cumsum(0) - 1
+    index = torch.where(mask & (position < n), position, n)
+    out = grad.new_zeros(n + 1).scatter_add(0, index, grad.reshape(-1))
+    return out[:n].reshape(sizes)
+
+
 def _split_free_decompositions(lowered: frozenset) -> dict:
     """Core-ATen ops that eager mode runs through a composite kernel and
     graphs keep whole, decomposed into lowered aten ops where there is no
@@ -123,6 +152,8 @@ def _split_free_decompositions(lowered: frozenset) -> dict:
     table[_aten.mean.default] = _mean_all
     table[_aten.diagonal.default] = _diagonal
     table[_aten.diagonal_scatter.default] = _diagonal_scatter
+    table[_aten.masked_scatter.default] = _masked_scatter
+    table[_aten.masked_scatter_backward.default] = _masked_scatter_backward
     return {op: fn for op, fn in table.items()
             if isinstance(op, torch._ops.OpOverload) and _op_name(op) not in lowered}
 
