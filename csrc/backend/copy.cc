@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "backend/device_storage.h"
+#include "eager/device_events.h"
 #include "eager/execute.h"
 #include "backend/pinned_memory.h"
 #include "eager/program_cache.h"
@@ -120,8 +121,22 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   }
   TORCH_CHECK(dst.device().is_cpu(), "torch_pjrt: cannot copy from tpu to ", dst.device(),
               " directly; copy to the CPU first");
-  // Device -> host is always completed before returning: the host may read
-  // dst right away, non_blocking or not. Pending device-side checks come first.
+  if (non_blocking && is_pinned_ptr(dst.data_ptr()) && dst.scalar_type() == self.scalar_type() &&
+      dst.sizes() == self.sizes() && dst.is_contiguous() && !dst.is_conj() && !dst.is_neg() &&
+      !self.is_conj() && !self.is_neg()) {
+    // Into pinned memory with non_blocking=True, as CUDA does it: the copy
+    // is started and the call returns; the caller reads dst after a
+    // torch.Event recorded behind it (or synchronize()) says it is done.
+    // The buffer and dst's memory are held until then. Failed device-side
+    // checks are raised at the next host sync, which this is not.
+    BufferPtr value = read_tensor(self);
+    pjrt::Event done = value->to_host_async(dst.data_ptr(), dst.nbytes());
+    auto held = std::make_shared<std::pair<BufferPtr, c10::Storage>>(value, dst.storage());
+    track(static_cast<int>(self.device().index()), std::move(done), std::move(held));
+    return dst;
+  }
+  // Device -> host is otherwise completed before returning: the host may
+  // read dst right away. Pending device-side checks come first.
   raise_failed_checks();
   note_host_sync();
   BufferPtr value = read_tensor(self);

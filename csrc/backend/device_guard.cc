@@ -2,13 +2,24 @@
 // Streams are PJRT's own ordering; there is one default stream per device.
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <memory>
+
+#include "eager/device_events.h"
 #include "eager/execute.h"
+#include "eager/pending_graph.h"
 #include "backend/runtime_state.h"
 
 namespace torch_pjrt::backend {
 namespace {
 
 thread_local c10::DeviceIndex current_device = 0;
+
+// What a recorded torch.Event holds: the device and the mark of the work
+// launched on it so far (device_events.h).
+struct RecordedWork {
+  int device = 0;
+  uint64_t mark = 0;
+};
 
 struct DeviceGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
@@ -44,12 +55,35 @@ struct DeviceGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (!runtime_initialized()) return 0;
     return static_cast<c10::DeviceIndex>(runtime().client()->devices().size());
   }
-  // Work is ordered by data dependencies inside PJRT; an event is complete
-  // once everything launched before it is, which synchronize() ensures.
-  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  // A torch.Event stands for the work launched on its device before it was
+  // recorded (fused eager's pending ops are launched first): query() asks
+  // whether that work is done, synchronize() waits for it and not for work
+  // launched after. Work is ordered by data dependencies inside PJRT, so
+  // block() (a stream waiting on an event) has nothing to add.
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
+              const c10::EventFlag) const override {
+    c10::DeviceIndex device = device_index >= 0 ? device_index : stream.device_index();
+    if (device < 0) device = current_device;
+    eager::flush(device, "event record");
+    auto* mark = static_cast<RecordedWork*>(*event);
+    if (mark == nullptr) {
+      *event = mark = std::make_unique<RecordedWork>().release();  // destroyEvent deletes it
+    }
+    mark->device = device;
+    mark->mark = work_mark(device);
+  }
   void block(void*, const c10::Stream&) const override {}
-  bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  bool queryEvent(void* event) const override {
+    auto* mark = static_cast<const RecordedWork*>(event);
+    return mark == nullptr || work_done(mark->device, mark->mark);
+  }
+  void synchronizeEvent(void* event) const override {
+    auto* mark = static_cast<const RecordedWork*>(event);
+    if (mark != nullptr) wait_for_work(mark->device, mark->mark, "torch.Event.synchronize");
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    std::unique_ptr<RecordedWork> owned(static_cast<RecordedWork*>(event));
+  }
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream& s) const override { synchronize(s.device_index()); }
   void synchronizeDevice(const c10::DeviceIndex d) const override { synchronize(d); }

@@ -92,6 +92,11 @@ from ._compile import grouped_mm_meta as _grouped_mm_meta  # noqa: E402
 
 _grouped_mm_meta.install()
 
+# generate() on tpu checks whether to stop one step late, never waiting on the device.
+from . import _deferred_stop_check  # noqa: E402
+
+_deferred_stop_check.install()
+
 # Transformers' continuous batching (generate_batch, transformers serve
 # --continuous-batching) with a bounded set of programs on the device.
 from . import _serving  # noqa: E402
