@@ -604,6 +604,11 @@ _KEPT_WHOLE = {
     "addmv": lambda x: torch.addmv(x[:, 0], x, x[0], beta=0.5, alpha=2),
     "addmm_activation": lambda x: torch._addmm_activation(x[0, :4], x, x.t(), use_gelu=True),
     "narrow_copy": lambda x: (x * 2).narrow_copy(1, 1, 3),
+    "view_dtype_same_width": lambda x: (x * 2).view(torch.int32) + 1,
+    "view_dtype_narrower": lambda x: (x * 2).view(torch.uint8).to(torch.int32).sum(-1),
+    "view_dtype_wider": lambda x: (x * 2).view(torch.float64) * 1,
+    "view_dtype_bool": lambda x: ((x > 0).to(torch.uint8) * 5).view(torch.bool) | (x < -1),
+    "empty_permuted": lambda x: torch.empty_permuted((4, 6), (1, 0), device=x.device).fill_(2) + x,
     "tril_indices": lambda x: torch.tril_indices(4, 5, 1, device=x.device) + x.sum().long(),
     "triu_indices": lambda x: torch.triu_indices(4, 3, -1, device=x.device) + x.sum().long(),
 }
@@ -691,6 +696,8 @@ _RANDOM_FACTORIES = {
     "randint_low": lambda x: torch.randint(-4, 4, (7,), device=x.device) * 2,
     "randint_like": lambda x: torch.randint_like(x, 5) + x,
     "randint_like_low": lambda x: torch.randint_like(x, 2, 9) * x,
+    "randperm": lambda x: x[torch.randperm(3, device=x.device)] * 1,
+    "randperm_int32": lambda x: torch.randperm(9, device=x.device, dtype=torch.int32) + 1,
 }
 
 

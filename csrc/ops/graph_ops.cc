@@ -260,6 +260,54 @@ LoweringRegistrar registrar([] {
     return std::vector<Value>{ctx.b.zeros(TensorType{et(type), ctx.int_list(0)})};
   });
 
+  // empty_permuted(size, physical_layout, *, dtype, ...): a graph value has
+  // no physical layout to choose.
+  register_graph_lowering("aten::empty_permuted", [](LoweringContext& ctx) {
+    c10::ScalarType type = factory_dtype(ctx, 2, c10::typeMetaToScalarType(c10::get_default_dtype()));
+    return std::vector<Value>{ctx.b.zeros(TensorType{et(type), ctx.int_list(0)})};
+  });
+
+  // view.dtype(self, dtype): the same bytes read as another dtype. A
+  // narrower type multiplies the last dim by the width ratio and a wider
+  // one divides it, as torch's view does; bool goes through uint8 (XLA
+  // does not bitcast predicates).
+  register_graph_lowering("aten::view.dtype", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0);
+    c10::ScalarType from_type = ctx.dtype(0);
+    auto requested = ctx.optional_dtype(1);
+    TORCH_CHECK(requested.has_value(), "view.dtype: no dtype given");
+    c10::ScalarType to_type = *requested;
+    TORCH_CHECK(!c10::isComplexType(from_type) && !c10::isComplexType(to_type),
+                "torch_pjrt: view(dtype) of complex tensors is not lowered in graphs");
+    if (from_type == c10::kBool) x = b.convert(x, ElementType::kU8);
+    ElementType to = to_type == c10::kBool ? ElementType::kU8 : et(to_type);
+    size_t from_width = pjrt::byte_width(b.element_type(x)), to_width = pjrt::byte_width(to);
+    std::vector<int64_t> dims = b.dims(x);
+    TORCH_CHECK(from_width == to_width || !dims.empty(),
+                "self.dim() cannot be 0 to view ", from_type, " as ", to_type, " (different element sizes)");
+    Value out;
+    if (to_width < from_width) {
+      out = b.bitcast_convert(x, to);  // [..., n, ratio]
+      std::vector<int64_t> flat = dims;
+      flat.back() *= static_cast<int64_t>(from_width / to_width);
+      out = b.reshape(out, flat);
+    } else if (to_width > from_width) {
+      int64_t ratio = static_cast<int64_t>(to_width / from_width);
+      TORCH_CHECK(dims.back() % ratio == 0, "self.size(-1) must be divisible by ", ratio,
+                  " to view ", from_type, " as ", to_type, " (different element sizes), but got ",
+                  dims.back());
+      std::vector<int64_t> split = dims;
+      split.back() /= ratio;
+      split.push_back(ratio);
+      out = b.bitcast_convert(b.reshape(x, split), to);
+    } else {
+      out = b.bitcast_convert(x, to);
+    }
+    if (to_type == c10::kBool) out = b.compare(out, b.zeros(b.type(out)), hlo::Compare::kNe);
+    return std::vector<Value>{out};
+  });
+
   // full_like(self, fill_value, *, dtype, layout, device, pin_memory, memory_format)
   register_graph_lowering("aten::full_like", [](LoweringContext& ctx) {
     c10::ScalarType type = factory_dtype(ctx, 2, ctx.dtype(0));

@@ -283,8 +283,10 @@ LoweringRegistrar registrar([] {
     return std::vector<Value>{result};
   }, {"aten::multinomial.out"}, {}, {}, /*random=*/true);
 
-  // randperm.generator_out(n, generator, out): sort random keys.
-  register_lowering("aten::randperm.generator_out", [](LoweringContext& ctx) {
+  // randperm.generator_out(n, generator, out): sort random keys. Graphs
+  // keep randperm(n, *, dtype, ...) itself (eager mode reaches the out
+  // variant through torch's composite kernel): the same draw, in its dtype.
+  auto randperm = [](LoweringContext& ctx) {
     Builder& b = ctx.b;
     int64_t n = ctx.int_arg(0);
     TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
@@ -293,8 +295,17 @@ LoweringRegistrar registrar([] {
     auto sorted = b.sort({keys, idx}, 0, true, [](Builder& r, const std::vector<Value>& a) {
       return std::vector<Value>{r.compare(a[0], a[1], hlo::Compare::kLt)};
     });
-    return std::vector<Value>{sorted[1]};
+    return sorted[1];
+  };
+  register_lowering("aten::randperm.generator_out", [randperm](LoweringContext& ctx) {
+    return std::vector<Value>{randperm(ctx)};
   }, {}, {}, {}, /*random=*/true);
+  register_graph_lowering("aten::randperm", [randperm](LoweringContext& ctx) {
+    Value perm = randperm(ctx);
+    auto dtype = ctx.optional_dtype(1);
+    if (dtype && *dtype != c10::kLong) perm = ctx.b.convert(perm, et(*dtype));
+    return std::vector<Value>{perm};
+  }, {}, /*random=*/true);
 });
 
 }  // namespace
