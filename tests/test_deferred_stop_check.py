@@ -41,6 +41,20 @@ def test_non_blocking_download_into_pinned_memory_waits_for_an_event(mode):
     assert torch.equal(dst, expected)
 
 
+@pytest.mark.parametrize("view", ["transpose", "strided_slice", "select", "expanded"])
+def test_non_blocking_download_of_a_view(mode, view):
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(1))
+    take = {"transpose": lambda t: t.t(), "strided_slice": lambda t: t[::2, 1:],
+            "select": lambda t: t[3], "expanded": lambda t: t.expand(2, 64, 32)[1]}[view]
+    source = take(x.to(NAME) * 1)
+    dst = torch.empty(source.shape).pin_memory()
+    dst.copy_(source, non_blocking=True)
+    event = torch.Event(device=NAME)
+    event.record()
+    event.synchronize()
+    assert torch.equal(dst, take(x))
+
+
 def test_a_recorded_event_launches_pending_fused_ops():
     with torch_pjrt.eager_mode("fused"):
         before = torch_pjrt.metrics()["fused_flushes"].get("event record", 0)
