@@ -48,10 +48,13 @@ def decomposable_ops(
     lowered: set[str],
 ) -> Iterator[tuple[str, torch._ops.OpOverload, Callable]]:
     """(name, overload, decomposition) for each aten op that would otherwise
-    fall back to the CPU and has a decomposition in torch's table."""
+    fall back to the CPU and has a decomposition in torch's table (or,
+    for GradScaler's ops, which torch has none for, in amp.py)."""
     from torch._decomp import decomposition_table
 
-    for op, decomposition in decomposition_table.items():
+    from .amp import DECOMPOSITIONS as amp
+
+    for op, decomposition in [*decomposition_table.items(), *amp.items()]:
         if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
             continue
         name = op.name()
