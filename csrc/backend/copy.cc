@@ -121,32 +121,33 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   }
   TORCH_CHECK(dst.device().is_cpu(), "torch_pjrt: cannot copy from tpu to ", dst.device(),
               " directly; copy to the CPU first");
-  if (non_blocking && is_pinned_ptr(dst.data_ptr()) && dst.scalar_type() == self.scalar_type() &&
-      dst.sizes() == self.sizes() && dst.is_contiguous() && !dst.is_conj() && !dst.is_neg() &&
-      !self.is_conj() && !self.is_neg()) {
-    // Into pinned memory with non_blocking=True, as CUDA does it: the copy
-    // is started and the call returns; the caller reads dst after a
-    // torch.Event recorded behind it (or synchronize()) says it is done.
-    // The buffer and dst's memory are held until then. Failed device-side
-    // checks are raised at the next host sync, which this is not.
-    BufferPtr value = read_tensor(self);
+  // The common case (.cpu(), .numpy(), copy_ into a dense tensor): the
+  // device writes straight into dst, with no host temporary.
+  bool direct = dst.scalar_type() == self.scalar_type() && dst.sizes() == self.sizes() &&
+                dst.is_contiguous() && !dst.is_conj() && !dst.is_neg();
+  // Into pinned memory with non_blocking=True, as CUDA does it, the copy is
+  // started and the call returns; the caller reads dst after a torch.Event
+  // recorded behind it (or synchronize()) says it is done. Failed
+  // device-side checks wait for the next host sync, which this is not.
+  // Otherwise the copy completes before returning, so the host may read
+  // dst right away, and pending checks are raised first.
+  bool async = non_blocking && direct && is_pinned_ptr(dst.data_ptr());
+  if (!async) {
+    raise_failed_checks();
+    note_host_sync();
+  }
+  BufferPtr value = read_tensor(self);
+  if (self.is_conj() || self.is_neg()) {
+    value = convert_and_broadcast(std::move(value), self, self);
+  }
+  if (async) {
+    // The buffer and dst's memory are held until the copy is done.
     pjrt::Event done = value->to_host_async(dst.data_ptr(), dst.nbytes());
     auto held = std::make_shared<std::pair<BufferPtr, c10::Storage>>(value, dst.storage());
     track(static_cast<int>(self.device().index()), std::move(done), std::move(held));
     return dst;
   }
-  // Device -> host is otherwise completed before returning: the host may
-  // read dst right away. Pending device-side checks come first.
-  raise_failed_checks();
-  note_host_sync();
-  BufferPtr value = read_tensor(self);
-  if (self.is_conj() || self.is_neg()) {
-    value = convert_and_broadcast(std::move(value), self, self);
-  }
-  if (dst.scalar_type() == self.scalar_type() && dst.sizes() == self.sizes() &&
-      dst.is_contiguous() && !dst.is_conj() && !dst.is_neg()) {
-    // The common case (.cpu(), .numpy(), copy_ into a dense tensor): the
-    // device writes straight into dst, with no host temporary.
+  if (direct) {
     value->to_host(dst.data_ptr(), dst.nbytes());
     return dst;
   }
