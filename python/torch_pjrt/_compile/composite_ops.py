@@ -49,17 +49,23 @@ def _diagonal_scatter(x, src, offset: int = 0, dim1: int = 0, dim2: int = 1):
     return out.reshape(plane_shape).permute(*inverse)
 
 
+def _true_positions(mask, shape):
+    """The mask broadcast to `shape` and flattened, and for each position
+    how many Trues come before it (the k-th True gets k)."""
+    mask = mask.expand(shape).reshape(-1)
+    return mask, mask.to(torch.int64).cumsum(0) - 1
+
+
 def _masked_scatter(x, mask, source):
     """The k-th True of the (broadcast) mask takes source's k-th element:
     a cumulative count of the mask picks each position's element from
     source padded with one zero, which the False positions read. A True
     past source's end reads an index past the padding: the index op's
     deferred check raises it (IndexError), no value is made up."""
-    mask = mask.expand(x.shape).reshape(-1)
+    mask, position = _true_positions(mask, x.shape)
     flat = source.reshape(-1)
     n = flat.numel()
     padded = torch.cat([flat, flat.new_zeros(1)])
-    position = mask.to(torch.int64).cumsum(0) - 1
     index = torch.where(mask, torch.where(position < n, position, n + 1), n)
     return torch.where(mask, padded[index], x.reshape(-1)).reshape(x.shape)
 
@@ -71,8 +77,7 @@ def _masked_scatter_backward(grad, mask, sizes):
     n = 1
     for size in sizes:
         n *= size
-    mask = mask.expand(grad.shape).reshape(-1)
-    position = mask.to(torch.int64).cumsum(0) - 1
+    mask, position = _true_positions(mask, grad.shape)
     index = torch.where(mask & (position < n), position, n)
     out = grad.new_zeros(n + 1).scatter_add(0, index, grad.reshape(-1))
     return out[:n].reshape(sizes)

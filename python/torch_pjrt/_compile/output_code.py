@@ -173,7 +173,7 @@ def cache_identity() -> str:
         _build_identity = digest.hexdigest()[:16]
     from ..kernels import sdpa
 
-    return f"torch_pjrt:{_build_identity}:sdpa={sdpa.get_mode()}:jax={int(sdpa._jax_available())}"
+    return f"torch_pjrt:{_build_identity}:sdpa={sdpa.get_mode()}:jax={int(sdpa.jax_available())}"
 
 
 _build_identity: Optional[str] = None

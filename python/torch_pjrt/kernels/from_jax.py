@@ -12,6 +12,7 @@ given. jax is needed only here: importing torch_pjrt does not import it.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from typing import Any, Callable, Optional, Sequence
@@ -48,7 +49,9 @@ class _LazyJax:
         return getattr(module, name)
 
 
+@functools.cache
 def jax_available() -> bool:
+    """Whether jax can be imported, found without importing it (asked once)."""
     import importlib.util
     return importlib.util.find_spec("jax") is not None
 

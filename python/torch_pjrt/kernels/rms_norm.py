@@ -44,6 +44,7 @@ def _pallas_rms(x2d, w, eps: float, interpret: bool):
         interpret=interpret)(x2d, w.reshape(1, hidden))
 
 
+@functools.cache
 def _make(impl: str, interpret: bool):
     import jax
     import jax.numpy as jnp
@@ -82,14 +83,10 @@ def _make_op(impl: str):
     from ._custom_op import platform
     from .from_jax import jax_op
 
-    made: dict = {}
-
     def rms(x, w, eps: float):
-        # Built at the first lowering, when the plugin's platform is known
+        # Chosen when the op is lowered, when the plugin's platform is known
         # (registering the op must not need it).
-        if "fn" not in made:
-            made["fn"] = _make(impl, interpret=platform() != "tpu")
-        return made["fn"](x, w, eps)
+        return _make(impl, interpret=platform() != "tpu")(x, w, eps)
 
     return jax_op(f"torch_pjrt::rms_norm_{impl}", rms)
 

@@ -14,10 +14,11 @@ torch.compile all see the choice, and the kernel's own gradient applies.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import torch
+
+from .from_jax import jax_available
 
 __all__ = ["set_mode", "get_mode", "install", "AUTO_MIN_KEYS"]
 
@@ -26,7 +27,6 @@ __all__ = ["set_mode", "get_mode", "install", "AUTO_MIN_KEYS"]
 AUTO_MIN_KEYS = 1024
 
 _mode = os.environ.get("TORCH_PJRT_FLASH_SDPA", "auto")
-_has_jax: bool | None = None
 _library: torch.library.Library | None = None
 
 
@@ -41,13 +41,6 @@ def get_mode() -> str:
     return _mode
 
 
-def _jax_available() -> bool:
-    global _has_jax
-    if _has_jax is None:
-        _has_jax = importlib.util.find_spec("jax") is not None
-    return _has_jax
-
-
 def _eligible(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:
     if _mode == "never" or attn_mask is not None or dropout_p != 0.0 or enable_gqa:
         return False
@@ -59,7 +52,7 @@ def _eligible(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:
         return False
     if _mode == "auto" and key.shape[-2] < AUTO_MIN_KEYS:
         return False
-    return _jax_available()
+    return jax_available()
 
 
 def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
