@@ -117,7 +117,13 @@ def _node_supported(node: torch.fx.Node) -> bool:
         return True
     target = node.target
     if target is operator.getitem:
-        return True
+        # With its source: a part of an eager node's result is eager too.
+        source = node.args[0]
+        return not isinstance(source, torch.fx.Node) or _node_supported(source)
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        # with_effects (an op with side effects, e.g. linalg's error
+        # checks, threaded on an effect token) and the like run eagerly.
+        return False
     if not isinstance(target, torch._ops.OpOverload):
         # Python arithmetic on sizes is evaluated while lowering.
         return not isinstance(node.meta.get("val"), torch.Tensor)
