@@ -194,6 +194,7 @@ class GraphBuild {
       }
     }
     ops::LoweringContext ctx(b_, lowering->op, std::move(args));
+    ctx.set_meta_layout(true);
     if (lowering->random) {
       TORCH_INTERNAL_ASSERT(rng_.valid(), "torch_pjrt: graph has a random op but no generator state");
       ctx.set_rng_state(rng_);

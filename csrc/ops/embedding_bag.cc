@@ -7,7 +7,9 @@
 // auxiliary outputs (offset2bag, bag_size, max_indices) follow CPU's, shapes
 // and placeholders included: CPU's fast path (float types without
 // padding_idx) skips offset2bag in sum mode and, with include_last_offset,
-// ends the last bag at the last offset. The offsets and indices are checked
+// ends the last bag at the last offset (in compiled graphs they follow torch's
+// meta function instead, which the graph is checked against; the backward
+// ops read either layout). The offsets and indices are checked
 // on the device, in CPU's order and with its exception types.
 #include <c10/util/Exception.h>
 
@@ -212,6 +214,16 @@ std::vector<Value> embedding_bag(LoweringContext& ctx, bool forward_only) {
   }
   output = b.reshape(output, {bags, width});
 
+  if (ctx.meta_layout()) {
+    // A compiled graph: shaped as torch's meta function says for a device
+    // that is not the CPU (CUDA's layout), in the indices' dtype: every
+    // position's bag, a size per offset, max indices only for max mode.
+    ElementType xt = et(ctx.dtype(1));
+    Value sizes = b.convert(bag_size, xt);
+    if (num_offsets > bags) sizes = b.concatenate({sizes, b.zeros(TensorType{xt, {num_offsets - bags}})}, 0);
+    Value maxes = mode == kMax ? b.convert(max_indices, xt) : b.zeros(TensorType{xt, {0}});
+    return {output, b.convert(bag, xt), sizes, maxes};
+  }
   Value offset2bag = with_offset2bag ? b.convert(bag, it) : b.zeros(TensorType{it, {0}});
   Value sizes = mode == kSum ? b.zeros(TensorType{it, {forward_only ? num_offsets : bags}})
                              : b.convert(bag_size, it);
@@ -294,13 +306,17 @@ Value dense_backward(LoweringContext& ctx, Value bag, int idx_arg, int bag_size_
   bool scale_grad_by_freq = ctx.bool_arg(num_weights_arg + 1);
   int64_t bags = b.dims(grad)[0], width = b.dims(grad)[1];
   if (num_weights == 0 || width == 0) return b.zeros(TensorType{et(ctx.dtype(0)), {num_weights, width}});
+  // One size per bag: the meta layout (compiled graphs) has one per offset,
+  // a trailing one more with include_last_offset.
+  Value sizes = ctx.tensor(bag_size_arg);
+  if (b.type(sizes).rank() == 1 && b.dims(sizes)[0] > bags) sizes = slice1(b, sizes, 0, bags);
   if (mode == kMax) {
     if (bags == 0) return b.zeros(TensorType{et(ctx.dtype(0)), {num_weights, width}});
-    return dense_backward_max(ctx, grad, ctx.tensor(bag_size_arg), ctx.tensor(max_arg), num_weights);
+    return dense_backward_max(ctx, grad, sizes, ctx.tensor(max_arg), num_weights);
   }
   TORCH_CHECK(mode == kSum || mode == kMean, "embedding_bag: unknown mode ", mode);
   Value idx = b.reshape(s64(b, ctx.tensor(idx_arg)), {b.type(ctx.tensor(idx_arg)).numel()});
-  return dense_backward_sum_mean(ctx, grad, idx, bag, ctx.tensor(bag_size_arg), num_weights,
+  return dense_backward_sum_mean(ctx, grad, idx, bag, sizes, num_weights,
                                  scale_grad_by_freq, mode, psw_arg, ctx.int_arg(padding_arg));
 }
 

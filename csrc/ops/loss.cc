@@ -172,9 +172,13 @@ LoweringRegistrar pointwise_registrar([] {
     c10::ScalarType type = ctx.dtype(0);
     Value x = convert(b, ctx.tensor(0), opmath_type(type));
     // -softplus(-x) = min(x, 0) - log1p(exp(-|x|))
-    Value r = b.binary("subtract", b.binary("minimum", x, splat_of(b, 0, x)),
-                       b.unary("log_plus_one", b.unary("exponential", b.unary("negate", b.unary("abs", x)))));
-    return std::vector<Value>{convert(b, r, type), b.zeros(TensorType{et(type), {0}})};
+    Value z = b.unary("exponential", b.unary("negate", b.unary("abs", x)));
+    Value r = b.binary("subtract", b.binary("minimum", x, splat_of(b, 0, x)), b.unary("log_plus_one", z));
+    // The buffer is not read by the backward here. Eager returns it empty,
+    // as CUDA does; a compiled graph returns what the meta function (and
+    // CPU) says: exp(-|x|), shaped as x.
+    Value buffer = ctx.meta_layout() ? convert(b, z, type) : b.zeros(TensorType{et(type), {0}});
+    return std::vector<Value>{convert(b, r, type), buffer};
   }, {"aten::log_sigmoid_forward.output"});
   register_lowering("aten::log_sigmoid_backward", [](LoweringContext& ctx) {
     Builder& b = ctx.b;

@@ -89,6 +89,12 @@ class LoweringContext {
   // Each message starts with its error kind: 'I' IndexError, 'R' RuntimeError.
   const std::vector<std::string>& check_messages() const { return check_messages_; }
   void set_out_dtypes(std::vector<c10::ScalarType> dtypes) { out_dtypes_ = std::move(dtypes); }
+  // True where the results are checked against torch's meta functions (a
+  // compiled graph): an op whose auxiliary outputs differ between CPU and
+  // the meta function (embedding_bag's offset2bag, log_sigmoid's buffer)
+  // returns them shaped as the meta function says. Eager ops follow CPU.
+  void set_meta_layout(bool on) { meta_layout_ = on; }
+  bool meta_layout() const { return meta_layout_; }
 
  private:
   std::string op_;
@@ -97,6 +103,7 @@ class LoweringContext {
   std::vector<Value> checks_;
   Value rng_state_;
   std::vector<std::string> check_messages_;
+  bool meta_layout_ = false;
 };
 
 using LoweringFn = std::function<std::vector<Value>(LoweringContext&)>;
