@@ -355,6 +355,12 @@ void register_binary() {
          [](LoweringContext& ctx, Value x, Value y, c10::ScalarType) {
            return python_remainder(ctx.b, x, y);
          });
+  // remainder(Scalar self, Tensor other): a Python number's modulus by a tensor.
+  register_lowering("aten::remainder.Scalar_Tensor", [](LoweringContext& ctx) {
+    c10::ScalarType type = result_type(ctx, {0, 1});
+    auto xs = promote_and_broadcast(ctx.b, {ctx.tensor(0), ctx.tensor(1)}, opmath_type(type));
+    return std::vector<Value>{convert(ctx.b, python_remainder(ctx.b, xs[0], xs[1]), type)};
+  }, {"aten::remainder.Scalar_Tensor_out"});
   binary("fmod", {"Tensor", "Scalar"}, [](LoweringContext& ctx, Value x, Value y, c10::ScalarType) {
     return ctx.b.binary("remainder", x, y);
   });

@@ -105,7 +105,7 @@ LoweringRegistrar registrar([] {
     Value u = uniform01(ctx, dims, ElementType::kF32);
     Value p = b.splat(ctx.scalar(1, ElementType::kF32), dims);
     return std::vector<Value>{b.convert(b.compare(u, p, hlo::Compare::kLt), b.element_type(self))};
-  }, {"aten::bernoulli_.float"}, {}, {0}, /*random=*/true);
+  }, {"aten::bernoulli_.float", "aten::bernoulli.p"}, {}, {0}, /*random=*/true);
   // bernoulli(self, generator): self holds the probabilities.
   register_lowering("aten::bernoulli", [](LoweringContext& ctx) {
     Builder& b = ctx.b;
@@ -180,7 +180,8 @@ LoweringRegistrar registrar([] {
     }
     Value y = b.select(negative, b.binary("multiply", xc, slope), xc);
     return std::vector<Value>{b.convert(y, t), new_noise};
-  }, {"aten::rrelu_with_noise.out"}, {}, {}, /*random=*/true, /*mutated_args=*/{1});
+  }, {"aten::rrelu_with_noise.out", "aten::rrelu_with_noise_", "aten::rrelu_with_noise_functional"},
+     {}, {}, /*random=*/true, /*mutated_args=*/{1});
   // rrelu_with_noise_backward(grad, self, noise, lower, upper, training, self_is_result)
   register_lowering("aten::rrelu_with_noise_backward", [](LoweringContext& ctx) {
     Builder& b = ctx.b;

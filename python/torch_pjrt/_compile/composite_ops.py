@@ -130,22 +130,100 @@ def _integers(t, *bounds):
     return drawn if low == 0 else drawn + low
 
 
+def _scalar_first(op):
+    """op(Scalar self, Tensor other) as op(Tensor, Tensor): the scalar
+    becomes a tensor shaped like `other`, in the dtype torch would compute
+    in. torch's decompositions of these end in prims."""
+    def run(a, other):
+        return op(torch.full_like(other, a, dtype=torch.result_type(a, other)), other)
+    return run
+
+
+def _copysign_scalar(x, other):
+    dtype = torch.result_type(x, other)
+    if not dtype.is_floating_point:  # copysign of integers is a float
+        dtype = torch.get_default_dtype()
+    return _aten.copysign.Tensor(x, torch.full_like(x, other, dtype=dtype))
+
+
+def _round_decimals(x, *, decimals: int = 0):
+    """As torch's reference computes it: round(x * 10^d) * 10^-d."""
+    if not x.dtype.is_floating_point:
+        return NotImplemented
+    if decimals == 0:
+        return _aten.round.default(x)
+    return _aten.mul.Tensor(_aten.round.default(_aten.mul.Tensor(x, 10 ** decimals)),
+                            10 ** -decimals)
+
+
+def _logcumsumexp(x, dim: int):
+    # The composite kernel eager mode runs is this call.
+    return _aten._logcumsumexp.default(x, dim)
+
+
+def _unfold(x, dimension: int, size: int, step: int):
+    """unfold as a gather of the windows' positions, where torch's
+    decomposition takes as_strided: windows along `dimension`, each
+    window's elements in a new last dim."""
+    if x.dim() == 0:
+        return NotImplemented
+    d = dimension % x.dim()
+    windows = (x.shape[d] - size) // step + 1
+    starts = torch.arange(windows, device=x.device) * step
+    index = (starts[:, None] + torch.arange(size, device=x.device)[None, :]).reshape(-1)
+    picked = x.index_select(d, index)
+    picked = picked.reshape(*x.shape[:d], windows, size, *x.shape[d + 1:])
+    return picked.movedim(d + 1, -1)
+
+
+# Random draws that eager mode runs through torch's decompositions (which
+# end in rand_like / randn_like, themselves an empty tensor and the
+# in-place draw): the same decompositions in graphs, so a seeded draw gives
+# the same numbers compiled and eager.
+_RANDOM_FROM_TORCH = (_aten.exponential.default, _aten.geometric.default,
+                      _aten.log_normal.default, _aten.cauchy.default)
+
+
+def _normal_tensors(mean, std, *, generator=None):
+    """normal(mean, std) with a tensor mean or std: std * z + mean, z a
+    standard normal draw of the broadcast shape, as torch's reference
+    computes it (its own decomposition ends in prims.normal)."""
+    tensors = [t for t in (mean, std) if isinstance(t, torch.Tensor)]
+    if generator is not None or not _on_device(tensors[0].device):
+        return NotImplemented
+    if not isinstance(std, torch.Tensor):
+        torch._check(std >= 0, lambda: f"normal expects std >= 0.0, but found std {std}")
+    shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+    z = _standard_normal(torch.empty(shape, dtype=tensors[0].dtype, device=tensors[0].device))
+    return std * z + mean
+
+
 def decompositions() -> dict:
     """Core-ATen ops that eager mode runs through a composite kernel and
     graphs keep whole, decomposed into lowered aten ops where there is no
     graph lowering for them here: without it, each (a loss's `mean()`,
     `repeat`, `diagonal`) split its graph into two programs around a
     strict-eager op. torch's own decompositions serve where they produce
-    aten ops; those that produce prims (copysign, shifts by a Python int,
-    round with decimals) would only move the split, and are left out.
-    Random ops (exponential_, normal) stay the op eager mode runs, so
-    their draws are the same in both."""
+    aten ops; for those that end in prims (copysign or remainder with a
+    Python scalar, round with decimals) the forms here use aten ops.
+    Random draws take the decompositions eager mode runs, so a seeded draw
+    is the same in both."""
     from torch._decomp import get_decompositions
 
     table = get_decompositions([
         _aten.repeat.default, _aten.dist.default, _aten.ldexp.Tensor, _aten.addmv.default,
         _aten._addmm_activation.default, _aten.addmm.dtype, _aten.narrow_copy.default,
         _aten.tril_indices.default, _aten.triu_indices.default])
+    table.update(get_decompositions(list(_RANDOM_FROM_TORCH)))
+    for overload in (_aten.normal.Tensor_Tensor, _aten.normal.Tensor_float,
+                     _aten.normal.float_Tensor):
+        table[overload] = _normal_tensors
+    table[_aten.copysign.Scalar] = _copysign_scalar
+    table[_aten.remainder.Scalar_Tensor] = _scalar_first(_aten.remainder.Tensor)
+    table[_aten.xlogy.Scalar_Self] = _scalar_first(_aten.xlogy.Tensor)
+    table[_aten.round.decimals] = _round_decimals
+    table[_aten.logcumsumexp.default] = _logcumsumexp
+    table[_aten.unfold.default] = _unfold
     table[_aten.mean.default] = _mean_all
     table[_aten.diagonal.default] = _diagonal
     table[_aten.diagonal_scatter.default] = _diagonal_scatter
