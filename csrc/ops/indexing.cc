@@ -270,7 +270,7 @@ LoweringRegistrar registrar([] {
     return std::vector<Value>{b.reshape(r, result_dims)};
   }, {"aten::gather.out"});
 
-  // scatter.src / scatter.value / scatter_add / scatter.reduce
+  // scatter.src / scatter.value / scatter_add / scatter.reduce / scatter.value_reduce
   auto scatter_lowering = [](const std::string& combine, bool value_arg) {
     return [combine, value_arg](LoweringContext& ctx) {
       Builder& b = ctx.b;
@@ -283,7 +283,7 @@ LoweringRegistrar registrar([] {
       Value updates = value_arg ? b.splat(ctx.scalar(3, b.element_type(self)), idims)
                                 : crop_to(b, b.convert(ctx.tensor(3), b.element_type(self)), idims);
       std::string how = combine;
-      if (!value_arg && ctx.num_args() > 4 && !ctx.is_none(4)) {
+      if (ctx.num_args() > 4 && !ctx.is_none(4)) {
         const std::string& reduce = ctx.ivalue(4).toStringRef();
         TORCH_CHECK(reduce == "add" || reduce == "multiply", "reduce argument must be either add or "
                     "multiply.");
@@ -298,6 +298,8 @@ LoweringRegistrar registrar([] {
                     {"aten::scatter_.value", "aten::scatter.value_out"});
   register_lowering("aten::scatter.reduce", scatter_lowering("replace", false),
                     {"aten::scatter_.reduce", "aten::scatter.reduce_out"});
+  register_lowering("aten::scatter.value_reduce", scatter_lowering("replace", true),
+                    {"aten::scatter_.value_reduce", "aten::scatter.value_reduce_out"});
   register_lowering("aten::scatter_add", scatter_lowering("add", false),
                     {"aten::scatter_add_", "aten::scatter_add.out"});
 

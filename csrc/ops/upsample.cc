@@ -1,5 +1,5 @@
 // interpolate: nearest and nearest-exact (1-3 D), linear, bilinear and
-// trilinear, bicubic, and antialiased bilinear resizing with their backward
+// trilinear, bicubic, and antialiased bilinear and bicubic resizing with their backward
 // ops. Source
 // positions are computed in the program from iota, in f32 as torch computes
 // them; each spatial dim is then gathered (forward) or scattered with add
@@ -132,14 +132,17 @@ Cubic1d cubic_index(Builder& b, int64_t in, int64_t out, float scale, bool align
   return r;
 }
 
-// Antialiased bilinear (a triangle filter widened by the scale when
-// shrinking, each row normalised to sum 1), as an [out, in] f32 matrix:
-// output i takes the inputs j in [floor(c - support + 0.5), floor(c +
-// support + 0.5)) around its center c = scale (i + 0.5).
-Value antialias_weights(Builder& b, int64_t in, int64_t out, float scale) {
+// Antialiased bilinear or bicubic (a triangle, or Keys' cubic with a =
+// -0.5, widened by the scale when shrinking, each row normalised to sum 1),
+// as an [out, in] f32 matrix: output i takes the inputs j in [floor(c -
+// support + 0.5), floor(c + support + 0.5)) around its center c = scale (i +
+// 0.5); the support is 1 (bilinear) or 2 (bicubic), times the scale when
+// shrinking.
+Value antialias_weights(Builder& b, int64_t in, int64_t out, float scale, bool cubic = false) {
   std::vector<int64_t> oi{out, in};
   auto c = [&](double v) { return b.splat(b.constant(v, ElementType::kF32), oi); };
-  double support = scale >= 1 ? scale : 1.0, inv = scale >= 1 ? 1.0 / scale : 1.0;
+  double half = cubic ? 2.0 : 1.0;
+  double support = scale >= 1 ? half * scale : half, inv = scale >= 1 ? 1.0 / scale : 1.0;
   Value i = b.convert(b.iota(TensorType{ElementType::kS64, oi}, 0), ElementType::kF32);
   Value j = b.convert(b.iota(TensorType{ElementType::kS64, oi}, 1), ElementType::kF32);
   Value center = b.binary("multiply", c(scale), b.binary("add", i, c(0.5)));
@@ -149,7 +152,22 @@ Value antialias_weights(Builder& b, int64_t in, int64_t out, float scale) {
                       c(static_cast<double>(in)));
   Value inside = b.binary("and", b.compare(j, lo, hlo::Compare::kGe), b.compare(j, hi, hlo::Compare::kLt));
   Value dist = b.unary("abs", b.binary("multiply", b.binary("add", b.binary("subtract", j, center), c(0.5)), c(inv)));
-  Value w = b.select(inside, b.binary("maximum", b.binary("subtract", c(1.0), dist), c(0.0)), c(0.0));
+  Value filtered;
+  if (cubic) {
+    // Keys: |t| < 1: ((a + 2)|t| - (a + 3))t^2 + 1; |t| < 2: (((|t| - 5)|t| + 8)|t| - 4) a.
+    double a = -0.5;
+    Value t2 = b.binary("multiply", dist, dist);
+    Value near = b.binary("add", b.binary("multiply", b.binary("subtract", b.binary("multiply", c(a + 2), dist),
+                                                                 c(a + 3)), t2), c(1.0));
+    Value far = b.binary("multiply", b.binary("subtract", b.binary("multiply",
+                    b.binary("add", b.binary("multiply", b.binary("subtract", dist, c(5.0)), dist), c(8.0)), dist),
+                    c(4.0)), c(a));
+    filtered = b.select(b.compare(dist, c(1.0), hlo::Compare::kLt), near,
+                        b.select(b.compare(dist, c(2.0), hlo::Compare::kLt), far, c(0.0)));
+  } else {
+    filtered = b.binary("maximum", b.binary("subtract", c(1.0), dist), c(0.0));
+  }
+  Value w = b.select(inside, filtered, c(0.0));
   Value total = b.broadcast_in_dim(reduce(b, w, {1}, ReduceKind::kSum), oi, {0});
   Value nonzero = b.compare(total, c(0.0), hlo::Compare::kNe);
   return b.select(nonzero, b.binary("divide", w, b.select(nonzero, total, c(1.0))), c(0.0));
@@ -295,41 +313,47 @@ LoweringRegistrar registrar([] {
     return std::vector<Value>{b.convert(g, et(type))};
   }, {"aten::upsample_bicubic2d_backward.grad_input"}, scale_args(4, 2));
 
-  // _upsample_bilinear2d_aa(self, output_size, align_corners, scales_h,
-  // scales_w) and backward (grad, output_size, input_size, align_corners, scales...).
-  register_lowering("aten::_upsample_bilinear2d_aa", [](LoweringContext& ctx) {
-    Builder& b = ctx.b;
-    c10::ScalarType type = ctx.dtype(0);
-    ElementType acc = et(opmath_type(type));
-    Value x = b.convert(ctx.tensor(0), acc);
-    TORCH_CHECK(b.type(x).rank() == 4, "_upsample_bilinear2d_aa: expected a 4-D input, got ",
-                b.type(x).rank(), "-D");
-    auto size = ctx.int_list(1);
-    bool align = ctx.bool_arg(2);
-    for (int64_t i = 0; i < 2; ++i) {
-      int64_t dim = 2 + i, in = b.dims(x)[dim];
-      Value m = b.convert(antialias_weights(b, in, size[i], pixel_scale(in, size[i], align, optional_scale(ctx, 3 + i))),
-                          acc);
-      x = apply_along(b, x, m, dim, false);
-    }
-    return std::vector<Value>{b.convert(x, et(type))};
-  }, {"aten::_upsample_bilinear2d_aa.out"}, scale_args(3, 2));
-  register_lowering("aten::_upsample_bilinear2d_aa_backward", [](LoweringContext& ctx) {
-    Builder& b = ctx.b;
-    c10::ScalarType type = ctx.dtype(0);
-    ElementType acc = et(opmath_type(type));
-    Value g = b.convert(ctx.tensor(0), acc);
-    auto out = ctx.int_list(1), in = ctx.int_list(2);
-    bool align = ctx.bool_arg(3);
-    for (int64_t i = 1; i >= 0; --i) {
-      int64_t dim = 2 + i;
-      Value m = b.convert(antialias_weights(b, in[dim], out[i],
-                                            pixel_scale(in[dim], out[i], align, optional_scale(ctx, 4 + i))),
-                          acc);
-      g = apply_along(b, g, m, dim, true);
-    }
-    return std::vector<Value>{b.convert(g, et(type))};
-  }, {"aten::_upsample_bilinear2d_aa_backward.grad_input"}, scale_args(4, 2));
+  // _upsample_{bilinear,bicubic}2d_aa(self, output_size, align_corners,
+  // scales_h, scales_w) and backward (grad, output_size, input_size,
+  // align_corners, scales...): a filter-matrix product per spatial dim.
+  for (bool cubic : {false, true}) {
+    std::string name = cubic ? "aten::_upsample_bicubic2d_aa" : "aten::_upsample_bilinear2d_aa";
+    register_lowering(name, [cubic, name](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      c10::ScalarType type = ctx.dtype(0);
+      ElementType acc = et(opmath_type(type));
+      Value x = b.convert(ctx.tensor(0), acc);
+      TORCH_CHECK(b.type(x).rank() == 4, name.substr(6), ": expected a 4-D input, got ",
+                  b.type(x).rank(), "-D");
+      auto size = ctx.int_list(1);
+      bool align = ctx.bool_arg(2);
+      for (int64_t i = 0; i < 2; ++i) {
+        int64_t dim = 2 + i, in = b.dims(x)[dim];
+        Value m = b.convert(antialias_weights(b, in, size[i],
+                                              pixel_scale(in, size[i], align, optional_scale(ctx, 3 + i)), cubic),
+                            acc);
+        x = apply_along(b, x, m, dim, false);
+      }
+      return std::vector<Value>{b.convert(x, et(type))};
+    }, {name + ".out"}, scale_args(3, 2));
+    register_lowering(name + "_backward", [cubic](LoweringContext& ctx) {
+      Builder& b = ctx.b;
+      c10::ScalarType type = ctx.dtype(0);
+      ElementType acc = et(opmath_type(type));
+      Value g = b.convert(ctx.tensor(0), acc);
+      auto out = ctx.int_list(1), in = ctx.int_list(2);
+      bool align = ctx.bool_arg(3);
+      for (int64_t i = 1; i >= 0; --i) {
+        int64_t dim = 2 + i;
+        Value m = b.convert(antialias_weights(b, in[dim], out[i],
+                                              pixel_scale(in[dim], out[i], align, optional_scale(ctx, 4 + i)),
+                                              cubic),
+                            acc);
+        g = apply_along(b, g, m, dim, true);
+      }
+      return std::vector<Value>{b.convert(g, et(type))};
+    }, {name + "_backward.grad_input"}, scale_args(4, 2));
+  }
 });
 
 }  // namespace

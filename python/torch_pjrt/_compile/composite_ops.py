@@ -176,6 +176,20 @@ def _unfold(x, dimension: int, size: int, step: int):
     return picked.movedim(d + 1, -1)
 
 
+def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim: int = 1):
+    """nn.Bilinear's op: each input unsqueezed at its expand dims, the
+    product summed over sumdim, as one einsum (matrix products, never the
+    full broadcast product)."""
+    total = i1.dim() + len(expand1)
+    letters = "abcdefghijklmnopqrstuvwxyz"[:total]
+
+    def spec(expanded):
+        return "".join(letters[d] for d in range(total) if d not in set(expanded))
+
+    out = "".join(letters[d] for d in range(total) if d not in set(sumdim))
+    return torch.einsum(f"{spec(expand1)},{spec(expand2)},{spec(expand3)}->{out}", i1, i2, i3)
+
+
 # Random draws that eager mode runs through torch's decompositions (which
 # end in rand_like / randn_like, themselves an empty tensor and the
 # in-place draw): the same decompositions in graphs, so a seeded draw gives
@@ -218,6 +232,10 @@ def decompositions() -> dict:
     for overload in (_aten.normal.Tensor_Tensor, _aten.normal.Tensor_float,
                      _aten.normal.float_Tensor):
         table[overload] = _normal_tensors
+    from ..decompositions.kernel_only_ops import DECOMPOSITIONS as kernel_only
+
+    table.update(kernel_only)
+    table[_aten._trilinear.default] = _trilinear
     table[_aten.copysign.Scalar] = _copysign_scalar
     table[_aten.remainder.Scalar_Tensor] = _scalar_first(_aten.remainder.Tensor)
     table[_aten.xlogy.Scalar_Self] = _scalar_first(_aten.xlogy.Tensor)

@@ -49,12 +49,13 @@ def decomposable_ops(
 ) -> Iterator[tuple[str, torch._ops.OpOverload, Callable]]:
     """(name, overload, decomposition) for each aten op that would otherwise
     fall back to the CPU and has a decomposition in torch's table (or,
-    for GradScaler's ops, which torch has none for, in amp.py)."""
+    for ops torch has none for, in amp.py and kernel_only_ops.py)."""
     from torch._decomp import decomposition_table
 
     from .amp import DECOMPOSITIONS as amp
+    from .kernel_only_ops import DECOMPOSITIONS as kernel_only
 
-    for op, decomposition in [*decomposition_table.items(), *amp.items()]:
+    for op, decomposition in [*decomposition_table.items(), *amp.items(), *kernel_only.items()]:
         if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
             continue
         name = op.name()

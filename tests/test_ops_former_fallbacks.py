@@ -1,0 +1,129 @@
+"""Ops that went to the CPU fallback (eager) or split a compiled graph:
+antialiased bicubic resizing, weight norm's backward, scatter with a value
+and a reduction, nn.Bilinear's _trilinear. Results and gradients are
+compared with CPU PyTorch; fallbacks are read from metrics() and eager
+nodes of compiled graphs from compile_report()."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_pjrt
+
+NAME = torch_pjrt.settings().device_name
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    torch_pjrt.reset_compile_report()
+    torch_pjrt.reset_metrics()
+    yield
+    torch._dynamo.reset()
+
+
+_RESIZES = {
+    "down": dict(size=(4, 5)),
+    "up": dict(size=(16, 13)),
+    "mixed": dict(size=(13, 4)),
+    "align_corners": dict(size=(5, 3), align_corners=True),
+    "scale_factor": dict(scale_factor=0.37),
+}
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("case", sorted(_RESIZES))
+def test_antialiased_resize_matches_cpu_with_gradient(mode, case):
+    """torchvision's Resize(antialias=True) on tensors: the bicubic form went
+    to the CPU fallback."""
+    kwargs = _RESIZES[case]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 11, 9, generator=g)
+    xc, xd = x.clone().requires_grad_(), x.to(NAME).requires_grad_()
+    expected = F.interpolate(xc, mode=mode, antialias=True, **kwargs)
+    got = F.interpolate(xd, mode=mode, antialias=True, **kwargs)
+    torch.testing.assert_close(got.detach().cpu(), expected.detach(), rtol=1e-5, atol=1e-6)
+    weight = torch.randn(expected.shape, generator=g)
+    (expected * weight).sum().backward()
+    (got * weight.to(NAME)).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-6)
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_antialiased_bicubic_in_a_compiled_graph():
+    def fn(x):
+        return F.interpolate(x * 2, size=(5, 6), mode="bicubic", antialias=True).relu()
+
+    x = torch.randn(1, 2, 12, 10, generator=torch.Generator().manual_seed(1))
+    got = torch.compile(fn, backend="tpu")(x.to(NAME))
+    torch.testing.assert_close(got.cpu(), fn(x), rtol=1e-5, atol=1e-6)
+    assert [g["eager_ops"] for g in torch_pjrt.compile_report()] == [{}]
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize("layer", ["linear", "conv1d"])
+def test_weight_norm_trains_on_the_device(layer, dim):
+    """wav2vec2's positional convolution and vocoders use weight_norm; its
+    backward op went to the CPU fallback."""
+    def make():
+        torch.manual_seed(2)
+        module = torch.nn.Linear(6, 5) if layer == "linear" else torch.nn.Conv1d(4, 6, 3)
+        return torch.nn.utils.parametrizations.weight_norm(module, dim=dim)
+
+    cpu, dev = make(), make().to(NAME)
+    x = torch.randn(3, 6) if layer == "linear" else torch.randn(2, 4, 8)
+    cpu(x).square().sum().backward()
+    dev(x.to(NAME)).square().sum().backward()
+    for (name, p), q in zip(cpu.named_parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-5, msg=name)
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+def test_weight_norm_compiled_training_step_has_no_eager_node():
+    torch.manual_seed(3)
+    cpu = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 6, 3, padding=1))
+    dev = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 6, 3, padding=1))
+    dev.load_state_dict(cpu.state_dict())
+    dev.to(NAME)
+    x = torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(4))
+    cpu(x).tanh().sum().backward()
+    torch.compile(dev, backend="tpu")(x.to(NAME)).tanh().sum().backward()
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-5)
+    assert all(g["eager_ops"] == {} for g in torch_pjrt.compile_report())
+
+
+@pytest.mark.parametrize("reduce", ["add", "multiply"])
+def test_scatter_with_a_value_and_a_reduction(reduce):
+    index = torch.tensor([[0, 1, 0, 1, 2, 0], [2, 2, 1, 0, 0, 1]])
+    base = torch.arange(18.0).reshape(3, 6)
+    expected = base.clone().scatter_(0, index, 1.5, reduce=reduce)
+    got = base.to(NAME).scatter_(0, index.to(NAME), 1.5, reduce=reduce)
+    assert torch.equal(got.cpu(), expected)
+    functional = torch.scatter(base.to(NAME), 1, index.to(NAME) % 6, -2.0, reduce=reduce)
+    assert torch.equal(functional.cpu(), torch.scatter(base, 1, index % 6, -2.0, reduce=reduce))
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+    with pytest.raises(RuntimeError, match="reduce argument must be either add or multiply"):
+        base.to(NAME).scatter_(0, index.to(NAME), 1.5, reduce="mean")
+
+
+def test_bilinear_layer_compiles_to_one_program_per_direction():
+    torch.manual_seed(5)
+    cpu = torch.nn.Bilinear(4, 5, 3)
+    dev = torch.nn.Bilinear(4, 5, 3)
+    dev.load_state_dict(cpu.state_dict())
+    dev.to(NAME)
+    g = torch.Generator().manual_seed(6)
+    a, b = torch.randn(2, 4, generator=g), torch.randn(2, 5, generator=g)
+    expected = cpu(a, b)
+    expected.square().sum().backward()
+    got = torch.compile(dev, backend="tpu")(a.to(NAME), b.to(NAME))
+    got.square().sum().backward()
+    torch.testing.assert_close(got.detach().cpu(), expected.detach(), rtol=1e-5, atol=1e-6)
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-5)
+    report = torch_pjrt.compile_report()
+    assert sorted(g["kind"] for g in report) == ["backward", "forward"]
+    assert all(g["eager_ops"] == {} and g["regions"] == 1 for g in report), report
