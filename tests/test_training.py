@@ -85,6 +85,13 @@ OPTIMIZERS = {
     "rmsprop_foreach": lambda p: torch.optim.RMSprop(p, lr=1e-3, momentum=0.5, foreach=True),
     "adagrad": lambda p: torch.optim.Adagrad(p, lr=0.05, foreach=True),
     "adagrad_loop": lambda p: torch.optim.Adagrad(p, lr=0.05, foreach=False),
+    "sgd_fused_nesterov": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True,
+                                                    weight_decay=0.01, fused=True),
+    "sgd_fused_dampening": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.5, dampening=0.3,
+                                                     fused=True),
+    "sgd_fused_plain": lambda p: torch.optim.SGD(p, lr=0.05, fused=True, maximize=False),
+    "adagrad_fused": lambda p: torch.optim.Adagrad(p, lr=0.05, lr_decay=0.01, weight_decay=0.01,
+                                                   fused=True),
 }
 
 
