@@ -127,3 +127,43 @@ def test_bilinear_layer_compiles_to_one_program_per_direction():
     report = torch_pjrt.compile_report()
     assert sorted(g["kind"] for g in report) == ["backward", "forward"]
     assert all(g["eager_ops"] == {} and g["regions"] == 1 for g in report), report
+
+
+@pytest.mark.parametrize("self_dtype", [torch.int8, torch.uint8])
+def test_int8_matmul_accumulates_in_int32(self_dtype):
+    """torch._int_mm (torchao's dynamic int8 quantization) went to the CPU
+    fallback."""
+    g = torch.Generator().manual_seed(8)
+    low = 0 if self_dtype == torch.uint8 else -128
+    a = torch.randint(low, 128, (33, 64), dtype=self_dtype, generator=g)
+    b = torch.randint(-128, 128, (64, 17), dtype=torch.int8, generator=g)
+    got = torch._int_mm(a.to(NAME), b.to(NAME))
+    assert got.dtype == torch.int32
+    assert torch.equal(got.cpu(), torch._int_mm(a, b))
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+    with pytest.raises(RuntimeError, match="_int_mm: Expected mat2 dtype to be of type int8"):
+        torch._int_mm(a.to(NAME), b.to(torch.uint8).to(NAME))
+    with pytest.raises(RuntimeError, match="_int_mm: self.size\\(1\\) needs to match"):
+        torch._int_mm(a.to(NAME), b[:5].to(NAME))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64,
+                                   torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_random_without_bounds_draws_the_dtypes_range(dtype):
+    """random_() and random_(from, None) went to the CPU fallback (and the
+    second was refused): [0, max] for integers, [0, 2^digits] for floats,
+    as torch's CPU kernel draws."""
+    top = {torch.bool: 1, torch.uint8: 255, torch.int8: 127, torch.int32: 2 ** 31 - 1,
+           torch.int64: 2 ** 63 - 1, torch.float16: 2 ** 11, torch.bfloat16: 2 ** 8,
+           torch.float32: 2 ** 24, torch.float64: 2 ** 53}[dtype]
+    torch.manual_seed(0)
+    drawn = torch.empty(4096, dtype=dtype, device=NAME).random_().cpu()
+    values = drawn.double()
+    assert values.min() >= 0 and values.max() <= top and torch.equal(values, values.round())
+    assert values.unique().numel() > (1 if dtype == torch.bool else 100)
+    assert values.max() > top / 2  # the upper half of the range is reached
+    if dtype != torch.bool:
+        low = -3 if dtype.is_signed or dtype.is_floating_point else 2
+        ranged = torch.empty(4096, dtype=dtype, device=NAME).random_(low, None).cpu().double()
+        assert ranged.min() >= low and ranged.max() <= top and ranged.max() > top / 2
+    assert torch_pjrt.metrics()["fallback_ops"] == {}

@@ -62,6 +62,27 @@ LoweringRegistrar registrar([] {
   register_lowering("aten::mm", [](LoweringContext& ctx) {
     return std::vector<Value>{mm(ctx, ctx.tensor(0), ctx.tensor(1), 0, 1)};
   }, {"aten::mm.out"});
+  // _int_mm(self, mat2): int8 (or uint8) x int8 products accumulated in int32 (torchao's
+  // dynamic int8 quantization), with the CPU kernel's checks.
+  register_lowering("aten::_int_mm", [](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value x = ctx.tensor(0), y = ctx.tensor(1);
+    TORCH_CHECK(b.type(x).rank() == 2, "_int_mm: Expected self to be 2D, but got ", b.type(x).rank(), "D");
+    TORCH_CHECK(b.type(y).rank() == 2, "_int_mm: Expected mat2 to be 2D, but got ", b.type(y).rank(), "D");
+    TORCH_CHECK(b.dims(x)[1] == b.dims(y)[0], "_int_mm: self.size(1) needs to match mat2.size(0), but got ",
+                b.dims(x)[1], " and ", b.dims(y)[0]);
+    TORCH_CHECK(ctx.dtype(0) == at::kChar || ctx.dtype(0) == at::kByte,
+                "_int_mm: Expected self dtype to be int8 or uint8 but got ", ctx.dtype(0));
+    TORCH_CHECK(ctx.dtype(1) == at::kChar, "_int_mm: Expected mat2 dtype to be of type int8 but got ",
+                ctx.dtype(1));
+    // int8 operands stay int8 (an int8 product where the chip has one);
+    // a uint8 self is widened first, keeping its values (0..255).
+    if (ctx.dtype(0) == at::kByte) {
+      x = b.convert(x, ElementType::kS32);
+      y = b.convert(y, ElementType::kS32);
+    }
+    return std::vector<Value>{b.dot_general(x, y, {}, {}, {1}, {0}, ElementType::kS32)};
+  }, {"aten::_int_mm.out"});
   register_lowering("aten::bmm", [](LoweringContext& ctx) {
     return std::vector<Value>{bmm(ctx, ctx.tensor(0), ctx.tensor(1), 0, 1)};
   }, {"aten::bmm.out"});

@@ -210,15 +210,49 @@ LoweringRegistrar registrar([] {
     Value v = b.binary("add", b.convert(from, ElementType::kS64), b.convert(r, ElementType::kS64));
     return b.convert(v, b.element_type(self));
   };
-  register_lowering("aten::random.from", [random_range](LoweringContext& ctx) {
+  // The largest value random_() draws for a dtype, as torch's CPU kernel:
+  // the dtype's max for integers (1 for bool), 2^digits for floats (every
+  // integer up to it is exact).
+  auto random_max = [](c10::ScalarType type) -> uint64_t {
+    switch (type) {
+      case at::kBool: return 1;
+      case at::kByte: return 255;
+      case at::kChar: return 127;
+      case at::kShort: return 32767;
+      case at::kInt: return 2147483647ULL;
+      case at::kLong: return 9223372036854775807ULL;
+      case at::kHalf: return 1ULL << 11;
+      case at::kBFloat16: return 1ULL << 8;
+      case at::kFloat: return 1ULL << 24;
+      case at::kDouble: return 1ULL << 53;
+      default: TORCH_CHECK(false, "random_ not implemented for '", type, "'");
+    }
+  };
+  register_lowering("aten::random.from", [random_range, random_max](LoweringContext& ctx) {
     Builder& b = ctx.b;
     Value self = ctx.tensor(0);
     auto dims = b.dims(self);
-    TORCH_CHECK(!ctx.is_none(2), "torch_pjrt: random_(from, to=None) is not supported on tpu");
     Value from = b.splat(ctx.scalar(1, ElementType::kS64), dims);
+    if (ctx.is_none(2)) {
+      // [from, the dtype's largest value]: the span as an unsigned count.
+      uint64_t top = random_max(ctx.dtype(0));
+      Value span = b.binary("subtract", b.splat(b.constant_int(static_cast<int64_t>(top), ElementType::kU64), dims),
+                            b.convert(from, ElementType::kU64));
+      span = b.binary("add", span, b.splat(b.constant_int(1, ElementType::kU64), dims));
+      return std::vector<Value>{random_range(ctx, self, from, span)};
+    }
     Value to = b.splat(ctx.scalar(2, ElementType::kS64), dims);
     return std::vector<Value>{random_range(ctx, self, from, b.binary("subtract", to, from))};
   }, {"aten::random_.from"}, {}, {0}, /*random=*/true);
+  // random_(self): integers in [0, random_max].
+  register_lowering("aten::random", [random_range, random_max](LoweringContext& ctx) {
+    Builder& b = ctx.b;
+    Value self = ctx.tensor(0);
+    auto dims = b.dims(self);
+    uint64_t span = random_max(ctx.dtype(0)) + 1;
+    return std::vector<Value>{random_range(ctx, self, b.zeros(TensorType{ElementType::kS64, dims}),
+                                           b.splat(b.constant_int(static_cast<int64_t>(span), ElementType::kU64), dims))};
+  }, {"aten::random_"}, {}, {0}, /*random=*/true);
   register_lowering("aten::random.to", [random_range](LoweringContext& ctx) {
     Builder& b = ctx.b;
     Value self = ctx.tensor(0);
