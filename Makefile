@@ -62,7 +62,8 @@ test-cpp: cpp
 FUSED_TESTS = tests/test_device.py tests/test_eager.py tests/test_storage_views.py \
 	tests/test_copies.py tests/test_random.py tests/test_training.py \
 	tests/test_training_errors.py tests/test_ops_training.py tests/test_transformers.py \
-	tests/test_moe_ops.py tests/test_kernel_library.py
+	tests/test_moe_ops.py tests/test_kernel_library.py tests/test_ops_rnn_cells.py \
+	tests/test_ops_former_fallbacks.py tests/test_fused_optimizers.py
 
 # --durations: the slowest tests, printed where CI logs them, to keep the
 # suite inside its 30-minute budget on 2 cores. -n 2: two worker processes

@@ -119,3 +119,28 @@ def test_import_leaves_dynamo_and_inductor_unloaded(python_in_subprocess):
     assert lines[0] == "[]"
     assert lines[1].endswith(" True")  # the platform read ran with Dynamo disabled around it
     assert lines[2] == "[3.0, 3.0]"
+
+
+def test_torch_stream_side_streams_and_record_stream():
+    """torch.Stream(device="tpu") and torch.accelerator's stream calls, as
+    prefetching and sharding code use them (creating a stream raised
+    "Backend doesn't support create a new Stream"); record_stream ran no
+    kernel. Every stream of a device covers the device's one ordering: a
+    query or synchronize on any of them waits for all launched work."""
+    side = torch.Stream(device=NAME)
+    default = torch.accelerator.current_stream()
+    assert side.device.type == NAME and side.stream_id != default.stream_id
+    assert torch.Stream(device=NAME).stream_id not in (side.stream_id, default.stream_id)
+    x = torch.randn(128, 128).to(NAME)
+    with side:
+        assert torch.accelerator.current_stream().stream_id == side.stream_id
+        y = x @ x
+        y.record_stream(side)
+    assert torch.accelerator.current_stream().stream_id == default.stream_id
+    default.wait_event(side.record_event())
+    default.wait_stream(side)
+    side.synchronize()
+    assert side.query() and default.query()
+    torch.testing.assert_close(y.cpu(), x.cpu() @ x.cpu(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(RuntimeError, match="record_stream: expected a tpu tensor and a tpu stream"):
+        y.record_stream(torch.Stream(device="cpu"))
