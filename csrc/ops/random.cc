@@ -7,11 +7,10 @@
 #include <limits>
 
 #include "ops/helpers.h"
+#include "ops/random_draws.h"
 
 namespace torch_pjrt::ops {
-namespace {
 
-// Uniform floats in [0, 1) of `type`, made from the top mantissa bits.
 Value uniform01(LoweringContext& ctx, const std::vector<int64_t>& dims, ElementType type) {
   Builder& b = ctx.b;
   if (type == ElementType::kF64) {
@@ -33,6 +32,19 @@ Value uniform01(LoweringContext& ctx, const std::vector<int64_t>& dims, ElementT
   Value below_one = b.splat(b.constant(type == ElementType::kBF16 ? 0.99609375 : 0.99951171875, type), dims);
   return b.select(b.compare(narrow, one, hlo::Compare::kGe), below_one, narrow);
 }
+
+Value standard_normal(LoweringContext& ctx, const std::vector<int64_t>& dims, ElementType type) {
+  Builder& b = ctx.b;
+  Value u1 = uniform01(ctx, dims, type), u2 = uniform01(ctx, dims, type);
+  Value one = b.splat(b.constant(1.0, type), dims);
+  // 1 - u1 is in (0, 1]: the log is finite.
+  Value radius = b.unary("sqrt", b.binary("multiply", b.splat(b.constant(-2.0, type), dims),
+                                          b.unary("log", b.binary("subtract", one, u1))));
+  Value angle = b.binary("multiply", b.splat(b.constant(2 * M_PI, type), dims), u2);
+  return b.binary("multiply", radius, b.unary("cosine", angle));
+}
+
+namespace {
 
 // The largest value of v's type below v (nextafter(v, -inf)) for finite v.
 Value next_below(Builder& b, Value v) {
@@ -86,13 +98,7 @@ LoweringRegistrar registrar([] {
     TORCH_CHECK(hlo::is_float(t), "normal_ expects a floating point tensor");
     auto dims = b.dims(self);
     ElementType c = float_compute(t);
-    Value u1 = uniform01(ctx, dims, c), u2 = uniform01(ctx, dims, c);
-    Value one = b.splat(b.constant(1.0, c), dims);
-    // 1 - u1 is in (0, 1]: the log is finite.
-    Value radius = b.unary("sqrt", b.binary("multiply", b.splat(b.constant(-2.0, c), dims),
-                                            b.unary("log", b.binary("subtract", one, u1))));
-    Value angle = b.binary("multiply", b.splat(b.constant(2 * M_PI, c), dims), u2);
-    Value z = b.binary("multiply", radius, b.unary("cosine", angle));
+    Value z = standard_normal(ctx, dims, c);
     Value mean = b.splat(ctx.scalar(1, c), dims), std = b.splat(ctx.scalar(2, c), dims);
     return std::vector<Value>{b.convert(b.binary("add", mean, b.binary("multiply", std, z)), t)};
   }, {"aten::normal_"}, {}, {0}, /*random=*/true);
