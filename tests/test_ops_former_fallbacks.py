@@ -167,3 +167,33 @@ def test_random_without_bounds_draws_the_dtypes_range(dtype):
         ranged = torch.empty(4096, dtype=dtype, device=NAME).random_(low, None).cpu().double()
         assert ranged.min() >= low and ranged.max() <= top and ranged.max() > top / 2
     assert torch_pjrt.metrics()["fallback_ops"] == {}
+
+
+_OUT_DTYPE = {
+    "mm": lambda a, b, c: torch.mm(a, b, out_dtype=torch.float32),
+    "bmm": lambda a, b, c: torch.bmm(a[None], b[None], out_dtype=torch.float32)[0],
+    "addmm": lambda a, b, c: torch.addmm(c, a, b, out_dtype=torch.float32, beta=0.5, alpha=2),
+    "baddbmm": lambda a, b, c: torch.baddbmm(c[None], a[None], b[None], out_dtype=torch.float32,
+                                             beta=0.5, alpha=2)[0],
+}
+
+
+@pytest.mark.parametrize("case", sorted(_OUT_DTYPE))
+def test_products_with_out_dtype_accumulate_in_float32(case):
+    """torch.mm(..., out_dtype=torch.float32) on bfloat16 inputs: CUDA-only
+    in torch (the CPU fails too); float32 results of the exact products."""
+    g = torch.Generator().manual_seed(9)
+    a = torch.randn(5, 7, generator=g).bfloat16()
+    b = torch.randn(7, 3, generator=g).bfloat16()
+    c = torch.randn(5, 3, generator=g)
+    product = a.float() @ b.float()
+    expected = product if case in ("mm", "bmm") else 0.5 * c + 2 * product
+    fn = _OUT_DTYPE[case]
+    got = fn(a.to(NAME), b.to(NAME), c.to(NAME))
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-6, atol=1e-6)
+    compiled = torch.compile(fn, backend="tpu")(a.to(NAME), b.to(NAME), c.to(NAME))
+    torch.testing.assert_close(compiled.cpu(), expected, rtol=1e-6, atol=1e-6)
+    assert torch_pjrt.metrics()["fallback_ops"] == {}
+    with pytest.raises(RuntimeError, match="out_dtype must be the same as input dtype or fp32"):
+        torch.mm(a.to(NAME), b.to(NAME), out_dtype=torch.float16)

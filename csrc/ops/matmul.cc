@@ -1,4 +1,5 @@
-// Matrix products: mm, bmm, addmm, baddbmm, addbmm, dot, mv, addmv. matmul and
+// Matrix products: mm, bmm, addmm, baddbmm (and their out_dtype forms), addbmm, dot, mv,
+// addmv, _int_mm. matmul and
 // linear are composites in torch and reach these.
 #include <c10/util/Exception.h>
 
@@ -58,7 +59,42 @@ Value scale_add(LoweringContext& ctx, Value input, Value prod, size_t beta, size
   return b.binary("add", scaled_in, scaled_prod);
 }
 
+// The out_dtype forms (mm.dtype, bmm.dtype, addmm.dtype, baddbmm.dtype):
+// products accumulated in float32 and returned in out_dtype, which must be
+// the inputs' dtype or float32 for float16/bfloat16 inputs, as on CUDA (the
+// only backend torch implements them for).
+c10::ScalarType out_dtype(LoweringContext& ctx, size_t arg, size_t input, const char* op) {
+  c10::ScalarType out = ctx.ivalue(arg).toScalarType();
+  c10::ScalarType in = ctx.dtype(input);
+  TORCH_CHECK(out == in || (out == at::kFloat && (in == at::kHalf || in == at::kBFloat16)), op,
+              ": out_dtype must be the same as input dtype or fp32 for fp16/bf16 inputs, got ", out,
+              " for ", in, " inputs");
+  return out;
+}
+
+void register_out_dtype_products() {
+  register_lowering("aten::mm.dtype", [](LoweringContext& ctx) {
+    c10::ScalarType out = out_dtype(ctx, 2, 0, "mm");
+    return std::vector<Value>{convert(ctx.b, mm(ctx, ctx.tensor(0), ctx.tensor(1), 0, 1, false), out)};
+  }, {"aten::mm.dtype_out"});
+  register_lowering("aten::bmm.dtype", [](LoweringContext& ctx) {
+    c10::ScalarType out = out_dtype(ctx, 2, 0, "bmm");
+    return std::vector<Value>{convert(ctx.b, bmm(ctx, ctx.tensor(0), ctx.tensor(1), 0, 1, false), out)};
+  }, {"aten::bmm.dtype_out"});
+  register_lowering("aten::addmm.dtype", [](LoweringContext& ctx) {
+    c10::ScalarType out = out_dtype(ctx, 3, 1, "addmm");
+    Value prod = mm(ctx, ctx.tensor(1), ctx.tensor(2), 1, 2, false);
+    return std::vector<Value>{convert(ctx.b, scale_add(ctx, ctx.tensor(0), prod, 4, 5), out)};
+  }, {"aten::addmm.dtype_out"});
+  register_lowering("aten::baddbmm.dtype", [](LoweringContext& ctx) {
+    c10::ScalarType out = out_dtype(ctx, 3, 1, "baddbmm");
+    Value prod = bmm(ctx, ctx.tensor(1), ctx.tensor(2), 1, 2, false);
+    return std::vector<Value>{convert(ctx.b, scale_add(ctx, ctx.tensor(0), prod, 4, 5), out)};
+  }, {"aten::baddbmm.dtype_out"});
+}
+
 LoweringRegistrar registrar([] {
+  register_out_dtype_products();
   register_lowering("aten::mm", [](LoweringContext& ctx) {
     return std::vector<Value>{mm(ctx, ctx.tensor(0), ctx.tensor(1), 0, 1)};
   }, {"aten::mm.out"});
