@@ -63,3 +63,17 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 12
 @pytest.fixture
 def python_in_subprocess():
     return run_python
+
+
+@pytest.fixture
+def fresh_compile_state():
+    """Dynamo's caches, the compile report and the metrics reset around a
+    test that counts graphs, eager nodes or fallbacks."""
+    import torch
+    import torch_pjrt
+
+    torch._dynamo.reset()
+    torch_pjrt.reset_compile_report()
+    torch_pjrt.reset_metrics()
+    yield
+    torch._dynamo.reset()

@@ -17,14 +17,7 @@ import torch_pjrt
 
 NAME = torch_pjrt.settings().device_name
 
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    torch_pjrt.reset_compile_report()
-    torch_pjrt.reset_metrics()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_compile_state")
 
 
 def eager_nodes() -> list[dict]:

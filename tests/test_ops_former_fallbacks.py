@@ -14,14 +14,7 @@ import torch_pjrt
 
 NAME = torch_pjrt.settings().device_name
 
-
-@pytest.fixture(autouse=True)
-def fresh():
-    torch._dynamo.reset()
-    torch_pjrt.reset_compile_report()
-    torch_pjrt.reset_metrics()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_compile_state")
 
 
 _RESIZES = {

@@ -138,6 +138,15 @@ def _shared(params, lr, grad_scale, found_inf):
     return keep, scale, lr_value
 
 
+def _step_grad(grad, param, scale, keep, maximize: bool, weight_decay: float):
+    """SGD's and Adagrad's gradient: unscaled, negated under maximize, with
+    the (coupled) weight decay added."""
+    grad = _unscaled(grad, scale, keep)
+    if maximize:
+        grad = -grad
+    return grad + param * weight_decay if weight_decay != 0 else grad
+
+
 def _sgd_kernel(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening,
                 nesterov, maximize, is_first_step, grad_scale=None, found_inf=None):
     lists = {"grads": grads}
@@ -149,11 +158,7 @@ def _sgd_kernel(params, grads, momentum_buffer_list, *, weight_decay, momentum, 
     with torch.no_grad():
         keep, scale, lr_value = _shared(params, lr, grad_scale, found_inf)
         for i, param in enumerate(params):
-            grad = _unscaled(grads[i], scale, keep)
-            if maximize:
-                grad = -grad
-            if weight_decay != 0:
-                grad = grad + param * weight_decay
+            grad = _step_grad(grads[i], param, scale, keep, maximize, weight_decay)
             updates = []
             if momentum != 0:
                 buf = momentum_buffer_list[i]
@@ -173,11 +178,7 @@ def _adagrad_kernel(params, grads, state_sums, state_steps, *, lr, lr_decay, wei
     with torch.no_grad():
         keep, scale, lr_value = _shared(params, lr, grad_scale, found_inf)
         for i, param in enumerate(params):
-            grad = _unscaled(grads[i], scale, keep)
-            if maximize:
-                grad = -grad
-            if weight_decay != 0:
-                grad = grad + param * weight_decay
+            grad = _step_grad(grads[i], param, scale, keep, maximize, weight_decay)
             step = state_steps[i].to(device=param.device, dtype=torch.float32)
             clr = lr_value / (1 + (step - 1) * lr_decay)
             new_sum = state_sums[i] + grad * grad
