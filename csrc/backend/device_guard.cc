@@ -81,8 +81,9 @@ struct DeviceGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return getNewStream(d, 0);
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
-    c10::StreamId& slot = current_stream_of(s.device_index());
-    c10::Stream old(c10::Stream::UNSAFE, s.device(), slot);
+    c10::Device d = resolved(s.device());
+    c10::StreamId& slot = current_stream_of(d.index());
+    c10::Stream old(c10::Stream::UNSAFE, d, slot);
     slot = s.id();
     return old;
   }
