@@ -190,3 +190,20 @@ def test_products_with_out_dtype_accumulate_in_float32(case):
     assert torch_pjrt.metrics()["fallback_ops"] == {}
     with pytest.raises(RuntimeError, match="out_dtype must be the same as input dtype or fp32"):
         torch.mm(a.to(NAME), b.to(NAME), out_dtype=torch.float16)
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_searchsorted_with_a_python_number(right):
+    """torch.searchsorted(boundaries, 0.5): the Scalar overload went to the
+    CPU fallback. Values on, between and outside float32 boundaries."""
+    boundaries = torch.tensor([0.1, 0.2, 0.3, 0.7])
+    for value in (0.1, 0.15, 0.2, 0.7, 1.0, -1.0, 0.30000001):
+        expected = torch.searchsorted(boundaries, value, right=right)
+        got = torch.searchsorted(boundaries.to(NAME), value, right=right)
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        assert torch.equal(got.cpu(), expected), value
+    ints = torch.tensor([1, 3, 5])
+    got = torch.searchsorted(ints.to(NAME), 3, right=right, out_int32=True)
+    assert got.dtype == torch.int32
+    assert torch.equal(got.cpu(), torch.searchsorted(ints, 3, right=right, out_int32=True))
+    assert torch_pjrt.metrics()["fallback_ops"] == {}

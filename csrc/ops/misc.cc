@@ -177,7 +177,7 @@ LoweringRegistrar registrar([] {
       boundaries = b.gather(boundaries, b.concatenate(parts, rank), g, std::vector<int64_t>(rank, 1), bd);
     }
     return std::vector<Value>{searchsorted(ctx, boundaries, ctx.tensor(1), ctx.bool_arg(2), right)};
-  }, {"aten::searchsorted.Tensor_out"});
+  }, {"aten::searchsorted.Tensor_out", "aten::searchsorted.Scalar", "aten::searchsorted.Scalar_out"});
   // bucketize(self, boundaries, out_int32, right)
   register_lowering("aten::bucketize.Tensor", [searchsorted](LoweringContext& ctx) {
     TORCH_CHECK(ctx.b.type(ctx.tensor(1)).rank() == 1, "boundaries tensor must be 1 dimension, but got dim(",
