@@ -44,6 +44,28 @@ Value standard_normal(LoweringContext& ctx, const std::vector<int64_t>& dims, El
   return b.binary("multiply", radius, b.unary("cosine", angle));
 }
 
+Value running_sum_last(Builder& b, Value x, bool inclusive) {
+  ElementType t = b.element_type(x);
+  int64_t last = b.type(x).rank() - 1, terms = b.dims(x)[last];
+  std::vector<int64_t> square = {terms, terms};
+  Value rows = b.iota(TensorType{ElementType::kS64, square}, 0);
+  Value cols = b.iota(TensorType{ElementType::kS64, square}, 1);
+  Value ones = b.convert(b.compare(rows, cols, inclusive ? hlo::Compare::kLe : hlo::Compare::kLt), t);
+  return b.dot_general(x, ones, {}, {}, {last}, {0}, t);
+}
+
+Value count_below_uniform(LoweringContext& ctx, Value pmf) {
+  Builder& b = ctx.b;
+  ElementType t = b.element_type(pmf);
+  auto wide = b.dims(pmf);
+  std::vector<int64_t> rows(wide.begin(), wide.end() - 1), keep;
+  for (size_t d = 0; d < rows.size(); ++d) keep.push_back(static_cast<int64_t>(d));
+  Value cdf = running_sum_last(b, pmf, /*inclusive=*/true);
+  Value u = b.broadcast_in_dim(uniform01(ctx, rows, t), wide, keep);
+  Value below = b.convert(b.compare(cdf, u, hlo::Compare::kLt), t);
+  return reduce(b, below, {static_cast<int64_t>(rows.size())}, ReduceKind::kSum);
+}
+
 namespace {
 
 // The largest value of v's type below v (nextafter(v, -inf)) for finite v.

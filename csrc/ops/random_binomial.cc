@@ -57,18 +57,10 @@ Value binomial_draw(LoweringContext& ctx, Value n, Value p) {
   Value left = b.binary("maximum", b.binary("subtract", nw, j), one_w);  // n - j, kept >= 1
   Value step = b.binary("add", b.unary("log", b.binary("divide", left, b.binary("add", j, one_w))),
                         widen(sub(log_p, log_q)));
-  std::vector<int64_t> square = {kTerms, kTerms};
-  Value rows = b.iota(TensorType{ElementType::kS64, square}, 0);
-  Value cols = b.iota(TensorType{ElementType::kS64, square}, 1);
-  Value strictly_upper = b.convert(b.compare(rows, cols, hlo::Compare::kLt), t);
-  Value upper = b.convert(b.compare(rows, cols, hlo::Compare::kLe), t);
-  Value log_pmf = b.binary("add", widen(mul(n, log_q)), b.dot_general(step, strictly_upper, {}, {}, {last}, {0}, t));
+  Value log_pmf = b.binary("add", widen(mul(n, log_q)), running_sum_last(b, step, /*inclusive=*/false));
   Value in_support = b.compare(j, nw, hlo::Compare::kLe);
   Value pmf = b.select(in_support, b.unary("exponential", log_pmf), b.zeros(TensorType{t, wide}));
-  Value cdf = b.dot_general(pmf, upper, {}, {}, {last}, {0}, t);
-  Value u0 = uniform01(ctx, dims, t);
-  Value below = b.convert(b.compare(cdf, widen(u0), hlo::Compare::kLt), t);
-  Value small_draw = b.binary("minimum", reduce(b, below, {last}, ReduceKind::kSum), n);
+  Value small_draw = b.binary("minimum", count_below_uniform(ctx, pmf), n);
 
   // BTRS.
   Value spq = b.unary("sqrt", mul(mean, qq));

@@ -42,16 +42,7 @@ Value poisson_draw(LoweringContext& ctx, Value lam) {
                                     b.broadcast_in_dim(safe_lam, wide, keep)),
                            b.unary("chlo.lgamma", b.binary("add", k, b.splat(b.constant(1.0, t), wide))));
   Value pmf = b.unary("exponential", log_pmf);
-  // The running sum along the terms: a product with an upper-triangular
-  // matrix of ones ([i, j] = 1 for i <= j).
-  std::vector<int64_t> square = {kTerms, kTerms};
-  Value rows = b.iota(TensorType{ElementType::kS64, square}, 0);
-  Value cols = b.iota(TensorType{ElementType::kS64, square}, 1);
-  Value upper = b.convert(b.compare(rows, cols, hlo::Compare::kLe), t);
-  Value cdf = b.dot_general(pmf, upper, {}, {}, {last}, {0}, t);
-  Value u = uniform01(ctx, dims, t);
-  Value below = b.convert(b.compare(cdf, b.broadcast_in_dim(u, wide, keep), hlo::Compare::kLt), t);
-  Value small_draw = reduce(b, below, {last}, ReduceKind::kSum);
+  Value small_draw = count_below_uniform(ctx, pmf);
 
   // PTRS from a rate of 10 up.
   Value slam = b.unary("sqrt", safe_lam);

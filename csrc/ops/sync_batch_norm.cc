@@ -12,6 +12,8 @@
 // recovered from its invstd as 1 / invstd^2 - eps.
 #include <c10/util/Exception.h>
 
+#include <utility>
+
 #include "ops/helpers.h"
 
 namespace torch_pjrt::ops {
@@ -50,6 +52,18 @@ Value channel_vector(LoweringContext& ctx, size_t arg, int64_t channels, Element
 
 c10::ScalarType stats_type(c10::ScalarType input) {
   return input == at::kHalf || input == at::kBFloat16 ? at::kFloat : input;
+}
+
+// The per-channel mean and biased variance of x (already in its compute type).
+std::pair<Value, Value> channel_moments(Builder& b, Value x, const char* op) {
+  ElementType acc = b.element_type(x);
+  auto reduced = non_channel_dims(b, x, op);
+  int64_t channels = b.dims(x)[1];
+  Value n = b.splat(b.constant(count_of(b, x), acc), {channels});
+  Value mean = b.binary("divide", reduce(b, x, reduced, ReduceKind::kSum), n);
+  Value centered = b.binary("subtract", x, per_channel(b, mean, b.dims(x)));
+  Value var = b.binary("divide", reduce(b, b.binary("multiply", centered, centered), reduced, ReduceKind::kSum), n);
+  return {mean, var};
 }
 
 Value splat_like(Builder& b, double v, Value like) {
@@ -109,12 +123,8 @@ LoweringRegistrar registrar([] {
     c10::ScalarType type = stats_type(ctx.dtype(0));
     ElementType acc = et(type);
     Value x = b.convert(ctx.tensor(0), acc);
-    auto reduced = non_channel_dims(b, x, "batch_norm_stats");
+    auto [mean, var] = channel_moments(b, x, "batch_norm_stats");
     int64_t channels = b.dims(x)[1];
-    Value n = b.splat(b.constant(count_of(b, x), acc), {channels});
-    Value mean = b.binary("divide", reduce(b, x, reduced, ReduceKind::kSum), n);
-    Value centered = b.binary("subtract", x, per_channel(b, mean, b.dims(x)));
-    Value var = b.binary("divide", reduce(b, b.binary("multiply", centered, centered), reduced, ReduceKind::kSum), n);
     Value invstd = b.unary("rsqrt", b.binary("add", var, b.splat(ctx.scalar(1, acc), {channels})));
     return std::vector<Value>{mean, invstd};
   });
@@ -221,13 +231,9 @@ LoweringRegistrar registrar([] {
     c10::ScalarType type = stats_type(ctx.dtype(0));
     ElementType acc = et(opmath_type(type));
     Value x = b.convert(ctx.tensor(0), acc);
-    auto reduced = non_channel_dims(b, x, "batch_norm_update_stats");
+    auto [mean, var] = channel_moments(b, x, "batch_norm_update_stats");
     int64_t channels = b.dims(x)[1];
     double count = count_of(b, x);
-    Value n = b.splat(b.constant(count, acc), {channels});
-    Value mean = b.binary("divide", reduce(b, x, reduced, ReduceKind::kSum), n);
-    Value centered = b.binary("subtract", x, per_channel(b, mean, b.dims(x)));
-    Value var = b.binary("divide", reduce(b, b.binary("multiply", centered, centered), reduced, ReduceKind::kSum), n);
     std::vector<Value> out = {convert(b, mean, type), convert(b, var, type)};
     Value m = b.splat(ctx.scalar(3, acc), {channels});
     Value keep = b.binary("subtract", splat_like(b, 1.0, m), m);
